@@ -1,0 +1,131 @@
+"""The interface every table placement implements, and its counters."""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+from engram.errors import EngramInputError, EngramTableError
+from engram.fp8 import as_uint8
+from engram.spec import FP8_BLOCK
+
+
+@dataclass
+class TableCounters:
+    """Cumulative lookup statistics of one table (read by the plugin's metrics)."""
+
+    lookups: int = 0
+    rows_requested: int = 0
+    unique_rows: int = 0
+    bytes_read: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, rows: int, unique: int, tier_bytes: dict[str, int], seconds: float) -> None:
+        with self._lock:
+            self.lookups += 1
+            self.rows_requested += rows
+            self.unique_rows += unique
+            for tier, n in tier_bytes.items():
+                self.bytes_read[tier] = self.bytes_read.get(tier, 0) + n
+            self.seconds += seconds
+
+    @property
+    def unique_ratio(self) -> float:
+        return self.unique_rows / self.rows_requested if self.rows_requested else 1.0
+
+    def snapshot(self) -> dict[str, object]:
+        with self._lock:
+            return {
+                "lookups": self.lookups,
+                "rows_requested": self.rows_requested,
+                "unique_rows": self.unique_rows,
+                "bytes_read": dict(self.bytes_read),
+                "seconds": self.seconds,
+            }
+
+
+def check_table_arrays(weight: torch.Tensor, scale: torch.Tensor, head_dim: int | None) -> None:
+    """Raise naming the mismatch when (weight, scale) is not an FP8 table of ``head_dim``."""
+    if weight.dtype not in (torch.uint8, torch.float8_e4m3fn):
+        raise EngramTableError(f"table weight must be uint8 or float8_e4m3fn, got {weight.dtype}")
+    if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu):
+        raise EngramTableError(f"table scale must be uint8 or float8_e8m0fnu, got {scale.dtype}")
+    if weight.ndim != 2 or scale.ndim != 2:
+        raise EngramTableError(
+            f"table weight and scale must be 2-D, got {list(weight.shape)} and {list(scale.shape)}"
+        )
+    rows, dim = weight.shape
+    if head_dim is not None and dim != head_dim:
+        raise EngramTableError(f"table rows are {dim} wide but the spec's head_dim is {head_dim}")
+    if dim % FP8_BLOCK or tuple(scale.shape) != (rows, dim // FP8_BLOCK):
+        raise EngramTableError(
+            f"table scale is {list(scale.shape)}, expected [{rows}, {dim // FP8_BLOCK}] "
+            f"for weight {list(weight.shape)}"
+        )
+
+
+class EngramTable(ABC):
+    """One Engram layer's table in some placement.
+
+    ``lookup(row_ids)`` returns bf16 rows ``[*row_ids.shape, head_dim]`` on ``device``;
+    every placement returns bit-identical rows for the same ids.
+    """
+
+    placement: str = ""
+
+    def __init__(self, num_rows: int, head_dim: int, device: torch.device):
+        self.num_rows = num_rows
+        self.head_dim = head_dim
+        self.device = torch.device(device)
+        self.counters = TableCounters()
+
+    @property
+    def row_bytes(self) -> int:
+        return self.head_dim + self.head_dim // FP8_BLOCK
+
+    def lookup(self, row_ids: torch.Tensor) -> torch.Tensor:
+        start = time.perf_counter()
+        ids = row_ids.reshape(-1)
+        if not ids.is_cuda:
+            self._check_ids(ids)
+        flat, unique, tier_bytes = self._gather(ids)
+        self.counters.record(ids.numel(), unique, tier_bytes, time.perf_counter() - start)
+        return flat.view(*row_ids.shape, self.head_dim)
+
+    @abstractmethod
+    def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
+        """Rows of flat ``ids`` as bf16 [n, head_dim] on ``self.device``, plus the number
+        of distinct rows read and the bytes read per tier."""
+
+    @abstractmethod
+    def memory(self) -> dict[str, int]:
+        """Bytes this table holds per tier (``hbm``, ``dram``, ``ssd``)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the table holds; the table is unusable afterwards."""
+
+    def _check_ids(self, ids: torch.Tensor) -> None:
+        if ids.dtype not in (torch.int32, torch.int64):
+            raise EngramInputError(f"row ids must be int32 or int64, got {ids.dtype}")
+        if ids.numel():
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= self.num_rows:
+                bad = lo if lo < 0 else hi
+                raise EngramInputError(
+                    f"row id {bad} is out of range for a table of {self.num_rows:,} rows"
+                )
+
+    def __enter__(self) -> EngramTable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def as_table_bytes(weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return as_uint8(weight), as_uint8(scale)

@@ -1,0 +1,23 @@
+"""``off``: no table at all; the Engram module passes its input through unchanged."""
+
+from __future__ import annotations
+
+import torch
+
+from engram.errors import EngramTableError
+from engram.tables.base import EngramTable
+
+
+class OffTable(EngramTable):
+    placement = "off"
+
+    def __init__(self, num_rows: int, head_dim: int, *, device: torch.device):
+        super().__init__(num_rows, head_dim, device)
+
+    def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
+        # NOTE: callers check ``placement == "off"`` and skip the Engram layer; reaching
+        # here means a caller forgot, and zeros would silently change the model.
+        raise EngramTableError("the 'off' placement holds no rows; skip the Engram layer instead")
+
+    def memory(self) -> dict[str, int]:
+        return {}
