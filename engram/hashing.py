@@ -88,7 +88,8 @@ class NgramHasher:
     ) -> torch.Tensor:
         """Histories after each request consumed its chunk: its last ``N - 1`` tokens."""
         n1 = self.window - 1
-        combined, ends = _with_histories(token_ids, seq_lens, histories, n1)
+        token_ids, seq_lens, histories = _as_long(token_ids, seq_lens, histories)
+        combined, _, ends = _with_histories(token_ids, seq_lens, histories, n1)
         idx = ends.unsqueeze(1) - torch.arange(n1, 0, -1, dtype=torch.int64)
         return combined[idx]
 
@@ -111,15 +112,9 @@ class NgramHasher:
         """Raw predecessor windows [T, N]: column ``s`` is the token ``s`` back, -1 when
         blocked (sequence start, or at/behind an image token)."""
         n = self.window
-        token_ids = torch.as_tensor(token_ids, dtype=torch.int64).reshape(-1)
-        seq_lens = torch.as_tensor(seq_lens, dtype=torch.int64).reshape(-1)
-        histories = torch.as_tensor(histories, dtype=torch.int64)
+        token_ids, seq_lens, histories = _as_long(token_ids, seq_lens, histories)
         self._check(token_ids, seq_lens, histories)
-        combined, ends = _with_histories(token_ids, seq_lens, histories, n - 1)
-        # Index of each chunk token inside ``combined``: its request's history block
-        # adds (N - 1) slots per request up to and including its own.
-        req = torch.repeat_interleave(torch.arange(seq_lens.numel()), seq_lens)
-        pos = torch.arange(token_ids.numel(), dtype=torch.int64) + (req + 1) * (n - 1)
+        combined, pos, _ = _with_histories(token_ids, seq_lens, histories, n - 1)
         win = combined[pos.unsqueeze(1) - torch.arange(n, dtype=torch.int64)]
         blocked = win < 0
         if self.image_token_id is not None:
@@ -131,20 +126,20 @@ class NgramHasher:
 
     def hash_windows(self, windows: torch.Tensor) -> torch.Tensor:
         """Row ids [T, L, (N - 1) * H] of raw windows [T, N] (-1 = blocked)."""
-        n, heads = self.window, self.spec.n_heads
-        blocked = windows < 0
+        n, heads, layers = self.window, self.spec.n_heads, self.spec.n_layers
+        t = windows.shape[0]
         comp = self.token_map[windows.clamp_min(0)]
-        comp.masked_fill_(blocked, self.pad_compressed)
+        comp.masked_fill_(windows < 0, self.pad_compressed)
         # products[t, l, s] = comp[t, s] * mult[l, s]; never overflows (see spec).
         products = comp.unsqueeze(1) * self.multipliers.unsqueeze(0)
-        out = torch.empty(
-            (windows.shape[0], self.spec.n_layers, (n - 1) * heads), dtype=torch.int64
-        )
-        rolling = products[:, :, 0].clone()
-        for i in range(1, n):
-            rolling.bitwise_xor_(products[:, :, i])
-            cols = out[:, :, (i - 1) * heads : i * heads]
-            torch.remainder(rolling.unsqueeze(-1), self.primes[:, i - 1], out=cols)
+        # folded[:, :, i - 1] is the xor-fold of shifts 0..i: the (i + 1)-gram's hash.
+        folded = torch.empty((t, layers, n - 1), dtype=torch.int64)
+        torch.bitwise_xor(products[:, :, 0], products[:, :, 1], out=folded[:, :, 0])
+        for i in range(2, n):
+            torch.bitwise_xor(folded[:, :, i - 2], products[:, :, i], out=folded[:, :, i - 1])
+        out = torch.empty((t, layers, n - 1, heads), dtype=torch.int64)
+        torch.remainder(folded.unsqueeze(-1), self.primes, out=out)
+        out = out.view(t, layers, (n - 1) * heads)
         out += self.offsets
         return out
 
@@ -176,18 +171,26 @@ class NgramHasher:
 
 def _with_histories(
     token_ids: torch.Tensor, seq_lens: torch.Tensor, histories: torch.Tensor, n1: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Concatenate ``[history_b, chunk_b]`` for every request; return the flat buffer
-    and, per request, the index one past its last element."""
-    seq_lens = torch.as_tensor(seq_lens, dtype=torch.int64)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Concatenate ``[history_b, chunk_b]`` for every request. Returns the flat buffer,
+    the index of every chunk token in it, and per request the index one past its end."""
     b = seq_lens.numel()
-    seg = seq_lens + n1
-    ends = torch.cumsum(seg, 0)
+    req = torch.repeat_interleave(torch.arange(b), seq_lens, output_size=token_ids.numel())
+    # each request's history block adds (N - 1) slots before its own chunk
+    tok_pos = torch.arange(token_ids.numel(), dtype=torch.int64) + (req + 1) * n1
+    ends = torch.cumsum(seq_lens + n1, 0)
     combined = torch.empty(int(ends[-1]) if b else 0, dtype=torch.int64)
-    starts = ends - seg
-    hist_idx = (starts.unsqueeze(1) + torch.arange(n1)).reshape(-1)
-    combined[hist_idx] = torch.as_tensor(histories, dtype=torch.int64).reshape(-1)
-    is_tok = torch.ones_like(combined, dtype=torch.bool)
-    is_tok[hist_idx] = False
-    combined[is_tok] = torch.as_tensor(token_ids, dtype=torch.int64).reshape(-1)
-    return combined, ends
+    combined[tok_pos] = token_ids
+    hist_pos = (ends - seq_lens - n1).unsqueeze(1) + torch.arange(n1)
+    combined[hist_pos.reshape(-1)] = histories.reshape(-1)
+    return combined, tok_pos, ends
+
+
+def _as_long(
+    token_ids: torch.Tensor, seq_lens: torch.Tensor, histories: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (
+        torch.as_tensor(token_ids, dtype=torch.int64).reshape(-1),
+        torch.as_tensor(seq_lens, dtype=torch.int64).reshape(-1),
+        torch.as_tensor(histories, dtype=torch.int64),
+    )

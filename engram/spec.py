@@ -104,7 +104,9 @@ class EngramSpec:
             )
         if self.vocab_size < 2:
             raise EngramConfigError(f"engram_vocab_size must be >= 2, got {self.vocab_size}")
-        for layer, sums, declared in zip(self.layer_ids, self.prime_sums, self.num_embeddings):
+        for layer, sums, declared in zip(
+            self.layer_ids, self.prime_sums, self.num_embeddings, strict=True
+        ):
             if sums != declared:
                 raise EngramConfigError(
                     f"Engram layer {layer}: its primes sum to {sums:,} rows but "

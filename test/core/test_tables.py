@@ -1,0 +1,91 @@
+"""Every placement returns the same rows; bad tables and ids get named errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from engram import EngramInputError, EngramTableError
+from engram.fp8 import dequantize_rows, quantize_rows
+from engram.tables import PLACEMENTS, create_table
+
+ROWS_PLACEMENTS = [name for name in PLACEMENTS if name != "off"]
+
+
+def random_table(rows: int = 997, dim: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    return quantize_rows(torch.randn(rows, dim) * torch.rand(rows, 1) * 8)
+
+
+def make(placement: str, weight, scale, tmp_path: Path):
+    return create_table(placement, weight, scale, device="cpu", path=tmp_path / placement)
+
+
+def test_placements_registry_feeds_choices() -> None:
+    assert list(PLACEMENTS)[:2] == ["hbm", "dram"] and "off" in PLACEMENTS
+
+
+@pytest.mark.parametrize("placement", ROWS_PLACEMENTS)
+def test_placement_rows_are_bit_identical_to_reference(placement: str, tmp_path: Path) -> None:
+    weight, scale = random_table()
+    ids = torch.randint(0, weight.shape[0], (7, 48))
+    ids[3] = ids[1]  # repeated rows
+    with make(placement, weight, scale, tmp_path) as table:
+        got = table.lookup(ids)
+        assert got.dtype == torch.bfloat16 and got.shape == (7, 48, 64)
+        expected = dequantize_rows(weight[ids], scale[ids])
+        assert torch.equal(got.view(torch.int16), expected.view(torch.int16))
+        snap = table.counters.snapshot()
+        assert snap["lookups"] == 1 and snap["rows_requested"] == ids.numel()
+        assert snap["unique_rows"] == torch.unique(ids).numel()
+        assert sum(table.memory().values()) >= weight.numel() + scale.numel()
+
+
+def test_all_placements_agree_with_each_other(tmp_path: Path) -> None:
+    weight, scale = random_table(rows=5003, dim=256)
+    ids = torch.randint(0, 5003, (512, 48), dtype=torch.int32)
+    outs = []
+    for placement in ROWS_PLACEMENTS:
+        with make(placement, weight, scale, tmp_path) as table:
+            outs.append(table.lookup(ids).view(torch.int16))
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def test_off_holds_nothing_and_refuses_lookups() -> None:
+    table = create_table("off", None, None, num_rows=10, head_dim=64)
+    assert table.memory() == {}
+    with pytest.raises(EngramTableError, match="holds no rows"):
+        table.lookup(torch.tensor([1]))
+
+
+def test_unknown_placement_lists_choices() -> None:
+    weight, scale = random_table(rows=4)
+    with pytest.raises(EngramTableError, match="unknown Engram placement 'nvme'.*hbm, dram"):
+        create_table("nvme", weight, scale)
+
+
+@pytest.mark.parametrize("placement", ROWS_PLACEMENTS)
+def test_out_of_range_ids_are_named(placement: str, tmp_path: Path) -> None:
+    weight, scale = random_table(rows=50)
+    with make(placement, weight, scale, tmp_path) as table:
+        with pytest.raises(
+            EngramInputError, match="row id 50 is out of range for a table of 50 rows"
+        ):
+            table.lookup(torch.tensor([3, 50]))
+        with pytest.raises(EngramInputError, match="row id -1"):
+            table.lookup(torch.tensor([-1]))
+        with pytest.raises(EngramInputError, match="int32 or int64"):
+            table.lookup(torch.tensor([1.0]))
+
+
+def test_bad_table_arrays_are_named() -> None:
+    weight, scale = random_table(rows=8, dim=64)
+    with pytest.raises(EngramTableError, match="rows are 64 wide but the spec's head_dim is 256"):
+        create_table("hbm", weight, scale, head_dim=256)
+    with pytest.raises(EngramTableError, match="uint8 or float8_e4m3fn, got torch.float32"):
+        create_table("hbm", weight.float(), scale)
+    with pytest.raises(EngramTableError, match=r"scale is \[8, 3\], expected \[8, 2\]"):
+        create_table("dram", weight, torch.ones(8, 3, dtype=torch.uint8))
+    with pytest.raises(EngramTableError, match="needs the table's weight and scale"):
+        create_table("hbm", None, None)
