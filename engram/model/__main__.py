@@ -1,0 +1,143 @@
+"""Command line of the tiny Engram model: build it, generate with it, retrain its tokenizer."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from engram.errors import EngramError
+from engram.module import ENGRAM_VARIANTS
+from engram.tables import PLACEMENTS
+
+_DEFAULTS_NOTE = "defaults give the layout the plugin tests and docs use"
+
+
+def _build(args: argparse.Namespace) -> None:
+    from engram.model.builder import BuildOptions, build_tiny_model
+
+    options = BuildOptions(
+        seed=args.seed,
+        num_hidden_layers=args.num_hidden_layers,
+        engram_layer_ids=tuple(args.engram_layer_ids),
+        engram_variant=args.engram_variant,
+        engram_vocab_size=args.engram_vocab_size,
+        engram_max_ngram_size=args.engram_max_ngram_size,
+        engram_n_heads=args.engram_n_heads,
+    )
+    sizes = build_tiny_model(args.out, options)
+    print(f"wrote the tiny Engram model to {Path(args.out).resolve()}")
+    for path, size in sizes.items():
+        print(f"  {path.name:<24} {size:>12,} bytes")
+    print(f"  {'total':<24} {sum(sizes.values()):>12,} bytes")
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from engram.model.modeling import TinyEngramModel
+    from engram.model.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(args.model)
+    model = TinyEngramModel.from_pretrained(args.model, args.placement, args.ssd_dir)
+    try:
+        prompt = tokenizer.encode(args.prompt).ids
+        new = model.generate(prompt, args.max_new_tokens)
+    finally:
+        model.close()
+    print(tokenizer.decode(prompt + new))
+
+
+def _train_tokenizer(args: argparse.Namespace) -> None:
+    from engram.model.tokenizer import train_tokenizer
+
+    files = sorted(str(p) for p in args.files)
+    Path(args.out).write_text(train_tokenizer(files, args.vocab_size))
+    print(f"wrote {args.out} ({Path(args.out).stat().st_size:,} bytes) from {len(files)} files")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="python -m engram.model",
+        description="The tiny Engram model: a 4-layer Qwen3-like LM (hidden 128) with "
+        "Engram layers, built offline and deterministically.",
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+
+    build = sub.add_parser(
+        "build",
+        help="write the model directory",
+        description="Write config.json, model.safetensors, tokenizer.json and "
+        "tokenizer_config.json. The same options give byte-identical files; "
+        + _DEFAULTS_NOTE
+        + ".",
+    )
+    build.add_argument("--out", required=True, type=Path, help="directory to write")
+    build.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    build.add_argument(
+        "--num-hidden-layers", type=int, default=4, help="decoder layers (default 4)"
+    )
+    build.add_argument(
+        "--engram-layer-ids",
+        type=int,
+        nargs="+",
+        default=[1, 3],
+        metavar="ID",
+        help="decoder layers that start with an Engram layer (default 1 3)",
+    )
+    build.add_argument(
+        "--engram-variant",
+        choices=list(ENGRAM_VARIANTS),
+        default="v41",
+        help="v41: DeepSeek-V4.1 gate; paper: per-stream keys + ShortConv",
+    )
+    build.add_argument(
+        "--engram-vocab-size",
+        type=int,
+        default=5000,
+        help="where the prime search starts: each layer gets (N - 1) x heads hash buckets of "
+        "about this many rows (default 5000)",
+    )
+    build.add_argument(
+        "--engram-max-ngram-size", type=int, default=3, help="N, the longest n-gram (default 3)"
+    )
+    build.add_argument(
+        "--engram-n-heads", type=int, default=4, help="hash heads per n-gram order (default 4)"
+    )
+    build.set_defaults(func=_build)
+
+    gen = sub.add_parser(
+        "generate",
+        help="greedy generation on the CPU",
+        description="Load a built model with its Engram tables in PLACEMENT and print "
+        "the prompt with its greedy continuation.",
+    )
+    gen.add_argument("model", type=Path, help="model directory")
+    gen.add_argument("--prompt", default="This License", help="prompt text")
+    gen.add_argument("--placement", choices=list(PLACEMENTS), default="hbm")
+    gen.add_argument("--ssd-dir", type=Path, help="where the ssd placement keeps its files")
+    gen.add_argument("--max-new-tokens", type=int, default=16)
+    gen.set_defaults(func=_generate)
+
+    train = sub.add_parser(
+        "train-tokenizer",
+        help="retrain the byte-level BPE asset",
+        description="Train the byte-level BPE (specials <|bos|> <|eos|> <|pad|> = ids "
+        "0, 1, 2) on FILES, sorted by name; see engram/assets/README.md.",
+    )
+    train.add_argument("files", nargs="+", type=Path, help="training text files")
+    train.add_argument("--out", required=True, type=Path, help="tokenizer.json to write")
+    train.add_argument("--vocab-size", type=int, default=2000)
+    train.set_defaults(func=_train_tokenizer)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except EngramError as exc:
+        sys.exit(f"error: {exc}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,138 @@
+"""Build the tiny Engram model directory deterministically, without any download.
+
+The tokenizer is the committed asset; every weight comes from one ``torch.Generator``
+seeded with ``seed``, drawn in sorted-name order; the Engram rows are quantised with
+:func:`engram.fp8.quantize_rows`. Same options, same bytes, on every machine with the
+same torch version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from engram.fp8 import quantize_rows
+from engram.model.config import TinyEngramConfig
+from engram.model.modeling import WEIGHTS_FILE, TinyEngramModel, engram_table_names
+from engram.model.tokenizer import (
+    BOS_TOKEN_ID,
+    EOS_TOKEN_ID,
+    PAD_TOKEN_ID,
+    asset_bytes,
+    tokenizer_config,
+)
+from engram.primes import prime_layout
+from engram.tables import create_table
+from engram.token_map import build_token_map
+
+# NOTE: RMSNorm-like gains start near 1 and projections keep activations near unit scale,
+# so the Engram value (unit-scale rows through wkv) is as large as the residual and
+# turning Engram off visibly changes the logits.
+GAIN_NOISE = 0.1
+CONV_STD = 0.5
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What ``python -m engram.model build`` can vary (none of it is a placement)."""
+
+    seed: int = 0
+    num_hidden_layers: int = 4
+    engram_layer_ids: tuple[int, ...] = (1, 3)
+    engram_variant: str = "v41"
+    engram_vocab_size: int = 5000
+    engram_max_ngram_size: int = 3
+    engram_n_heads: int = 4
+
+
+def make_config(
+    options: BuildOptions, vocab_size: int, compressed_vocab_size: int
+) -> TinyEngramConfig:
+    """The config for ``options`` and the tokenizer's (compressed) vocab sizes; table
+    sizes come from the prime layout."""
+    primes = prime_layout(
+        len(options.engram_layer_ids),
+        options.engram_max_ngram_size,
+        options.engram_n_heads,
+        options.engram_vocab_size,
+    )
+    return TinyEngramConfig(
+        vocab_size=vocab_size,
+        engram_num_embeddings=tuple(sum(sum(order) for order in layer) for layer in primes),
+        engram_compressed_vocab_size=compressed_vocab_size,
+        num_hidden_layers=options.num_hidden_layers,
+        bos_token_id=BOS_TOKEN_ID,
+        eos_token_id=EOS_TOKEN_ID,
+        pad_token_id=PAD_TOKEN_ID,
+        engram_pad_token_id=PAD_TOKEN_ID,
+        engram_variant=options.engram_variant,
+        engram_layer_ids=options.engram_layer_ids,
+        engram_max_ngram_size=options.engram_max_ngram_size,
+        engram_n_heads=options.engram_n_heads,
+        engram_vocab_size=options.engram_vocab_size,
+    )
+
+
+def init_weights(
+    cfg: TinyEngramConfig, shapes: dict[str, tuple[int, ...]], seed: int
+) -> dict[str, torch.Tensor]:
+    """Every checkpoint tensor: ``shapes`` (the dense parameters) and the Engram rows,
+    drawn from one generator seeded with ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    tensors: dict[str, torch.Tensor] = {}
+    for name in sorted(shapes):
+        shape = shapes[name]
+        values = torch.randn(shape, generator=gen)
+        leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
+        if "norm" in leaf or leaf in ("q_weight", "k_weight"):
+            values = 1.0 + GAIN_NOISE * values
+        elif leaf == "conv_weight":
+            values = CONV_STD * values
+        elif leaf != "embed_tokens":
+            values = values / math.sqrt(shape[-1])
+        tensors[name] = values.to(cfg.dtype)
+    for index, layer in enumerate(cfg.engram_layer_ids):
+        rows = torch.randn((cfg.engram_num_embeddings[index], cfg.engram_head_dim), generator=gen)
+        weight, scale = quantize_rows(rows)
+        weight_name, scale_name = engram_table_names(layer)
+        tensors[weight_name] = weight.view(torch.float8_e4m3fn)
+        tensors[scale_name] = scale.view(torch.float8_e8m0fnu)
+    return tensors
+
+
+def build_tiny_model(out: str | Path, options: BuildOptions | None = None) -> dict[Path, int]:
+    """Write the model directory ``out``; returns each written file and its size."""
+    from tokenizers import Tokenizer
+
+    options = options or BuildOptions()
+    token_map, compressed = build_token_map(Tokenizer.from_str(asset_bytes().decode()))
+    cfg = make_config(options, token_map.numel(), compressed)
+    tensors = init_weights(cfg, _dense_shapes(cfg, token_map), options.seed)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    (out / "config.json").write_text(cfg.to_json())
+    (out / "tokenizer.json").write_bytes(asset_bytes())
+    config_text = json.dumps(
+        tokenizer_config(cfg.max_position_embeddings), indent=2, sort_keys=True
+    )
+    (out / "tokenizer_config.json").write_text(config_text + "\n")
+    names = ("config.json", WEIGHTS_FILE, "tokenizer.json", "tokenizer_config.json")
+    return {out / name: (out / name).stat().st_size for name in names}
+
+
+def _dense_shapes(cfg: TinyEngramConfig, token_map: torch.Tensor) -> dict[str, tuple[int, ...]]:
+    """Name and shape of every parameter, read off a model whose Engram layers are off."""
+    tables = {
+        layer: create_table(
+            "off", None, None, num_rows=cfg.engram_num_embeddings[i], head_dim=cfg.engram_head_dim
+        )
+        for i, layer in enumerate(cfg.engram_layer_ids)
+    }
+    skeleton = TinyEngramModel(cfg, tables, token_map)
+    return {name: tuple(p.shape) for name, p in skeleton.state_dict().items()}

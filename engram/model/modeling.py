@@ -1,0 +1,202 @@
+"""The tiny Engram model in torch: loading, forward with a KV cache, greedy generation.
+
+A Qwen3 decoder whose Engram layers add their gated rows to the residual at the start of
+the layer, before ``input_layernorm``. Row ids come from :class:`engram.NgramHasher`; the
+per-sequence :class:`DecodeState` carries the last ``N - 1`` tokens, so decoding step by
+step hashes exactly as one pass over the whole sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from engram.errors import EngramConfigError, EngramInputError
+from engram.hashing import NgramHasher
+from engram.model.config import TinyEngramConfig
+from engram.model.layers import MLP, Attention, LayerCache, RMSNorm
+from engram.model.tokenizer import load_tokenizer
+from engram.module import EngramState, make_engram
+from engram.tables import EngramTable, create_table
+from engram.token_map import build_token_map
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+def engram_table_names(layer_id: int) -> tuple[str, str]:
+    """Checkpoint names of one Engram layer's FP8 rows and their ue8m0 scales."""
+    prefix = f"model.layers.{layer_id}.engram.embed"
+    return f"{prefix}.weight", f"{prefix}.scale"
+
+
+@dataclass
+class DecodeState:
+    """What one sequence carries between forward calls."""
+
+    layers: list[LayerCache]
+    engram: dict[int, EngramState]
+    length: int = 0
+    # NOTE: the last N - 1 token ids (fewer at the start): all the hasher needs.
+    tail: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TinyEngramConfig, layer_id: int, table: EngramTable | None):
+        super().__init__()
+        self.engram = None
+        if table is not None:
+            self.engram = make_engram(cfg.engram_module_config(), table, dtype=cfg.dtype)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype)
+        self.mlp = MLP(cfg)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        row_ids: torch.Tensor | None,
+        cache: LayerCache | None,
+        engram_state: EngramState | None,
+    ) -> torch.Tensor:
+        if self.engram is not None and row_ids is not None:
+            # hc_mult is 1: the residual is one stream, [T, 1, hidden] for the gate.
+            x = self.engram(x.unsqueeze(1), row_ids, state=engram_state).squeeze(1)
+        x = x + self.self_attn(self.input_layernorm(x), positions, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: TinyEngramConfig, tables: dict[int, EngramTable]):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=cfg.dtype)
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, i, tables.get(i)) for i in range(cfg.num_hidden_layers)
+        )
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype)
+
+
+class TinyEngramModel(nn.Module):
+    """Causal LM; parameter names are the checkpoint names (Engram rows live in tables)."""
+
+    def __init__(
+        self, config: TinyEngramConfig, tables: dict[int, EngramTable], token_map: torch.Tensor
+    ):
+        super().__init__()
+        missing = sorted(set(config.engram_layer_ids) - set(tables))
+        if missing:
+            raise EngramConfigError(f"no Engram table given for layers {missing}")
+        self.config = config
+        self.tables = tables
+        self.hasher = NgramHasher(config.spec, token_map, config.engram_pad_token_id)
+        self.model = Backbone(config, tables)
+        self.lm_head = nn.Linear(
+            config.hidden_size, config.vocab_size, bias=False, dtype=config.dtype
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls, model_dir: str | Path, placement: str = "hbm", ssd_dir: str | Path | None = None
+    ) -> TinyEngramModel:
+        """Load a directory written by ``python -m engram.model build``; the Engram rows go
+        to tables of ``placement`` (``ssd`` keeps its files under ``ssd_dir``)."""
+        model_dir = Path(model_dir)
+        cfg = TinyEngramConfig.from_pretrained(model_dir)
+        token_map, _ = build_token_map(load_tokenizer(model_dir))
+        with safe_open(str(model_dir / WEIGHTS_FILE), framework="pt") as f:
+            tables = {
+                layer: _open_table(f, cfg, layer, placement, ssd_dir)
+                for layer in cfg.engram_layer_ids
+            }
+            model = cls(cfg, tables, token_map)
+            dense = {k: f.get_tensor(k) for k in f.keys() if ".engram.embed." not in k}
+        model.load_state_dict(dense, strict=True)
+        return model.eval()
+
+    def new_state(self) -> DecodeState:
+        return DecodeState(
+            layers=[LayerCache() for _ in range(self.config.num_hidden_layers)],
+            engram={layer: EngramState() for layer in self.config.engram_layer_ids},
+        )
+
+    @torch.inference_mode()
+    def forward(
+        self, input_ids: torch.Tensor | Sequence[int], state: DecodeState | None = None
+    ) -> torch.Tensor:
+        """fp32 logits [T, vocab] of ``input_ids`` [T]; with ``state`` they continue the
+        sequence it holds (which is then extended), without it they start a new one."""
+        cfg = self.config
+        ids = torch.as_tensor(input_ids, dtype=torch.int64).reshape(-1)
+        if ids.numel() == 0:
+            raise EngramInputError("input_ids is empty")
+        start = state.length if state is not None else 0
+        positions = torch.arange(start, start + ids.numel())
+        row_ids = self.hasher.hash(ids, state.tail if state is not None else None)
+        x = self.model.embed_tokens(ids)
+        for i, layer in enumerate(self.model.layers):
+            index = cfg.engram_index(i)
+            x = layer(
+                x,
+                positions,
+                row_ids[:, index] if index is not None else None,
+                state.layers[i] if state is not None else None,
+                state.engram.get(i) if state is not None else None,
+            )
+        if state is not None:
+            state.length += ids.numel()
+            state.tail = torch.cat([state.tail, ids])[-(self.hasher.window - 1) :]
+        return self.lm_head(self.model.norm(x)).float()
+
+    @torch.inference_mode()
+    def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, *, use_cache: bool = True
+    ) -> list[int]:
+        """Greedy continuation of ``prompt_ids`` (new tokens only; stops after eos).
+
+        ``use_cache=False`` recomputes the whole sequence every step (the reference the
+        incremental path is tested against).
+        """
+        out: list[int] = []
+        state = self.new_state() if use_cache else None
+        logits = self.forward(list(prompt_ids), state)
+        while len(out) < max_new_tokens:
+            token = int(logits[-1].argmax())
+            out.append(token)
+            if token == self.config.eos_token_id or len(out) == max_new_tokens:
+                break
+            if state is not None:
+                logits = self.forward([token], state)
+            else:
+                logits = self.forward([*prompt_ids, *out])
+        return out
+
+    def close(self) -> None:
+        """Release the Engram tables (files, pinned memory)."""
+        for table in self.tables.values():
+            table.close()
+
+
+def _open_table(
+    f: object,
+    cfg: TinyEngramConfig,
+    layer: int,
+    placement: str,
+    ssd_dir: str | Path | None,
+) -> EngramTable:
+    index = cfg.engram_layer_ids.index(layer)
+    rows, dim = cfg.engram_num_embeddings[index], cfg.engram_head_dim
+    if placement == "off":
+        return create_table("off", None, None, num_rows=rows, head_dim=dim)
+    weight_name, scale_name = engram_table_names(layer)
+    weight, scale = f.get_tensor(weight_name), f.get_tensor(scale_name)  # type: ignore[attr-defined]
+    if weight.shape[0] != rows:
+        raise EngramConfigError(
+            f"{weight_name} has {weight.shape[0]:,} rows but engram_num_embeddings says {rows:,}"
+        )
+    path = Path(ssd_dir) / f"layer_{layer}" if ssd_dir is not None else None
+    return create_table(placement, weight, scale, path=path, head_dim=dim, num_rows=rows)
