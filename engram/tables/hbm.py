@@ -16,16 +16,23 @@ class HbmTable(EngramTable):
         weight, scale = as_table_bytes(weight, scale)
         self.weight = weight.to(self.device).contiguous()
         self.scale = scale.to(self.device).contiguous()
+        self._unique = None
+        if self.device.type != "cpu":
+            from engram_kernels import UniqueCounter
+
+            self._unique = UniqueCounter(self.device)
 
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
         ids = ids.to(self.device)
-        if self.device.type == "cpu":
+        if self._unique is None:
             rows, unique = gather_dequant_torch(self.weight, self.scale, ids)
         else:
-            from engram_kernels import gather_dequant
+            from engram_kernels.lookup import counted_lookup
 
-            rows, unique = gather_dequant(self.weight, self.scale, ids, dedup=True), -1
-        return rows, unique, {"hbm": max(unique, 0) * self.row_bytes}
+            # NOTE: the unique count is read back lazily (no sync), so it lags by a
+            # few lookups; summed over time it is exact.
+            rows, unique = counted_lookup(self.weight, self.scale, ids, self._unique)
+        return rows, unique, {"hbm": unique * self.row_bytes}
 
     def memory(self) -> dict[str, int]:
         return {"hbm": self.weight.numel() + self.scale.numel()}

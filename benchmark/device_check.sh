@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine: the GPU tests of engram_kernels, then the gather
+# benchmark. Runs on the machine's own torch and Triton (no SGLang, no package registry):
+# engram and engram_kernels are imported from this checkout via PYTHONPATH.
+# Writes gpu_tests.log, bench.log and bench.json under $OUT when OUT is set.
+# Budget: under 8 minutes (tests <= 5, benchmark <= 3).
+#
+#   bash benchmark/device_check.sh            # from the repository root
+#   PYTHON=/path/to/python3 bash benchmark/device_check.sh
+
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD:$PWD/sgl-kernel${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+DEST="${OUT:-}"
+
+save() {  # copy stdin to $DEST/$1 as well as to the terminal
+    if [ -n "$DEST" ]; then tee "$DEST/$1"; else cat; fi
+}
+
+"$PY" - <<'PY' 2>&1 | save environment.log
+import torch, triton
+print("torch", torch.__version__, "triton", triton.__version__, "cuda", torch.version.cuda,
+      "hip", torch.version.hip, "device", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+PY
+
+timeout 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider test/kernels 2>&1 | save gpu_tests.log
+tests=${PIPESTATUS[0]}
+
+timeout 180 "$PY" benchmark/bench_gather.py 2>&1 | save bench.log
+bench=${PIPESTATUS[0]}
+if [ -n "$DEST" ]; then tail -n 1 "$DEST/bench.log" > "$DEST/bench.json"; fi
+
+echo "device_check: gpu tests exit $tests, benchmark exit $bench"
+[ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

@@ -1,0 +1,73 @@
+"""GPU-only paths: the placements' kernel lookups and CUDA-graph capture."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engram_kernels import HashTables, gather_dequant, hash_ids
+from engram_kernels.lookup import DEDUP_MIN_ROWS
+
+from engram.tables import create_table
+from test.kernels.tables import random_table, reference, same_bits
+from test.kernels.test_hash import VOCAB, random_hasher
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("placement", ["hbm", "dram"])
+def test_placements_use_the_kernels(placement: str) -> None:
+    weight, scale = random_table(3000, 64)
+    cpu = create_table(placement, weight, scale, device="cpu")
+    gpu = create_table(placement, weight, scale, device="cuda")
+    decode = torch.randint(0, 50, (4, 48))  # below DEDUP_MIN_ROWS: every row is read
+    prefill = torch.randint(0, 50, (DEDUP_MIN_ROWS // 48 + 1, 48))  # deduplicated
+    for ids in (decode, prefill, decode):
+        rows = gpu.lookup(ids.cuda())
+        assert rows.device.type == "cuda"
+        assert same_bits(rows, cpu.lookup(ids)) and same_bits(rows, reference(weight, scale, ids))
+    torch.cuda.synchronize()
+    read = gpu.counters.snapshot()["unique_rows"] + gpu._unique.drain()
+    assert read == 2 * decode.numel() + torch.unique(prefill).numel()
+    assert gpu.counters.snapshot()["rows_requested"] == 2 * decode.numel() + prefill.numel()
+    gpu.close()
+
+
+def test_hash_and_gather_replay_in_a_cuda_graph() -> None:
+    hasher = random_hasher()
+    tables = HashTables.from_hasher(hasher, "cuda")
+    rows = hasher.spec.num_embeddings[0]
+    weight, scale = random_table(min(rows, 200_000), 64)
+    w, s = weight.cuda(), scale.cuda()
+    b, n1 = 32, hasher.window - 1
+    tokens = torch.zeros(b, dtype=torch.long, device="cuda")
+    hist = torch.full((b, n1), -1, dtype=torch.long, device="cuda")
+
+    def step() -> torch.Tensor:
+        ids = hash_ids(tables, tokens, hist, mode="decode")[:, 0]
+        # Fold the hash ids into the small test table; padding (-1) stays padding.
+        return gather_dequant(w, s, torch.where(ids >= 0, ids % w.shape[0], ids), dedup=True)
+
+    step()  # compile outside the capture
+    hist.fill_(-1)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    expected_hist = torch.full((b, n1), -1, dtype=torch.long)
+    for _ in range(3):
+        new = torch.randint(0, VOCAB, (b,))
+        new[0] = -1  # a padding request
+        before = hist.cpu()
+        tokens.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        real = new >= 0
+        ids = hasher.hash_batch(
+            new[real], torch.ones(int(real.sum()), dtype=torch.long), before[real]
+        )
+        expected_rows = reference(weight, scale, ids[:, 0] % w.shape[0])
+        assert same_bits(out[1:], expected_rows) and bool((out[0] == 0).all())
+        expected_hist = before.clone()
+        expected_hist[real] = hasher.next_histories(
+            new[real], torch.ones(int(real.sum()), dtype=torch.long), before[real]
+        )
+        assert torch.equal(hist.cpu(), expected_hist)
