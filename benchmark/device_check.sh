@@ -25,6 +25,16 @@ print("torch", torch.__version__, "triton", triton.__version__, "cuda", torch.ve
       "hip", torch.version.hip, "device", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
 PY
 
+# NOTE: the lent machine has no package registry. If it lacks pytest, carry wheels made
+# here with `pip download -d .device-wheels pytest` (run's `carry: [".device-wheels"]`).
+if ! "$PY" -c "import pytest" 2>/dev/null; then
+    if compgen -G ".device-wheels/*.whl" >/dev/null; then
+        "$PY" -m pip install -q --no-index --find-links .device-wheels pytest
+    else
+        echo "device_check: pytest is not installed here and no .device-wheels/ was carried"
+    fi
+fi
+
 timeout 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider test/kernels 2>&1 | save gpu_tests.log
 tests=${PIPESTATUS[0]}
 
