@@ -16,6 +16,7 @@ from engram.tables.base import EngramTable, TableCounters, check_table_arrays
 from engram.tables.dram import DramTable
 from engram.tables.hbm import HbmTable
 from engram.tables.off import OffTable
+from engram.tables.ssd import create_ssd_table
 
 TableFactory = Callable[..., EngramTable]
 
@@ -81,6 +82,7 @@ def _need_rows(placement: str, weight: torch.Tensor | None) -> None:
 
 register_placement("hbm", _hbm)
 register_placement("dram", _dram)
+register_placement("ssd", create_ssd_table)
 register_placement("off", OffTable)  # built directly in create_table
 
 __all__ = [

@@ -1,0 +1,413 @@
+"""Engram row lookups: RAM vs our SSD tier vs the naive mmap path (CPU-only machine).
+
+Builds a synthetic table of ``--table-gib`` GiB in the SSD layout under a temporary
+directory, draws Zipf-distributed n-grams hashed to rows (48 rows per token: one per
+hash column, each column owning 1/48 of the table) and measures, as rows/s (requested
+rows, duplicates included; median of the repeats):
+
+- ``dram``: the table held in RAM, deduplicated with ``np.unique`` and gathered with
+  ``index_select`` (the CPU upper bound; run in a child process so its copy of the
+  table does not count towards this process's memory);
+- ``ssd_warm`` / ``ssd_cold``: ``SsdTable.fetch`` (dedup, read, gather into staging)
+  with the file in the page cache / evicted before each run (unmapped, fadvise
+  DONTNEED, and mincore checked: under 1 % resident);
+- ``naive_warm`` / ``naive_cold``: ids -> ``np.unique`` -> fancy indexing of a fresh
+  ``np.memmap`` -> copy into a staging tensor (the public vLLM fork's path).
+
+Every method ends at the same point: the distinct packed FP8 rows in host memory plus
+the inverse index, ready for the device copy. Dequantisation (on the device, identical
+for every tier) is left out. ``prefetch_exposed_ratio``: with ``table.prefetch`` issued
+at admission and a simulated compute window as long as the un-prefetched cold lookup,
+the lookup time still exposed after the window, over the un-prefetched time (prefill).
+
+The last line of output is JSON:
+``{"prefill": {...}, "decode": {...}, "prefetch_exposed_ratio": x,
+"cold_resident_fraction": y, ...}``. Example: ``python benchmark/bench_lookup.py
+--table-gib 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engram.ssd.layout import TableLayout
+from engram.ssd.readers import DEFAULT_READER, reader_names
+from engram.ssd.writer import publish, write_table
+from engram.tables.ssd import SsdTable
+
+COLUMNS = 48
+BATCHES = {"decode": 64, "prefill": 8192}  # tokens per batch
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+class SyntheticRows:
+    """Random valid FP8 rows (no NaN bytes), generated chunk by chunk."""
+
+    def __init__(self, num_rows: int, head_dim: int = 256):
+        self.num_rows, self.head_dim = num_rows, head_dim
+
+    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(start)
+        rows = stop - start
+        # Clearing bit 3 keeps the e4m3 exponent below 15, so no byte is a NaN.
+        weight = np.frombuffer(rng.bytes(rows * self.head_dim), dtype=np.uint8) & 0xF7
+        scale = (np.frombuffer(rng.bytes(rows * self.head_dim // 32), dtype=np.uint8) & 7) + 124
+        return weight.reshape(rows, -1), scale.reshape(rows, -1)
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "synthetic", "rows": self.num_rows, "head_dim": self.head_dim}
+
+
+def build_table(directory: Path, gib: float) -> Path:
+    probe = TableLayout(1, 256)
+    rows = int(gib * GIB) // probe.block_bytes * probe.rows_per_block
+    source = SyntheticRows(rows)
+    final = directory / "table"
+    start = time.perf_counter()
+    write_table(
+        directory / "table.partial", source, identity=source.identity(), chunk_bytes=16 * MIB
+    )
+    publish(directory / "table.partial", final)
+    print(f"built a {gib:g} GiB table ({rows:,} rows) in {time.perf_counter() - start:.1f} s")
+    return final
+
+
+def zipf_batches(num_rows: int, tokens: int, count: int, a: float) -> list[np.ndarray]:
+    """``count`` batches of ``tokens x 48`` row ids from Zipf-distributed n-grams."""
+    rng = np.random.default_rng()
+    span = num_rows // COLUMNS
+    cols = np.arange(COLUMNS, dtype=np.uint64)
+    mult = rng.integers(1, 1 << 62, COLUMNS, dtype=np.uint64) | np.uint64(1)
+    out = []
+    for _ in range(count):
+        ngrams = rng.zipf(a, (tokens, COLUMNS)).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            mixed = (ngrams * mult + cols * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(3)
+        out.append(((mixed % np.uint64(span)) + cols * np.uint64(span)).astype(np.int64).ravel())
+    return out
+
+
+# ---- the methods ---------------------------------------------------------------------
+
+
+def time_ssd(table: SsdTable, ids: np.ndarray) -> float:
+    start = time.perf_counter()
+    table.fetch(torch.from_numpy(ids))
+    return time.perf_counter() - start
+
+
+class NaivePath:
+    """ids -> np.unique -> fancy index on an np.memmap -> copy into a staging tensor."""
+
+    def __init__(self, data: Path, layout: TableLayout):
+        self.data, self.layout = data, layout
+        self._blocks: np.ndarray | None = None
+
+    def time(self, ids: np.ndarray) -> float:
+        if self._blocks is None:
+            layout = self.layout
+            mapped = np.memmap(self.data, dtype=np.uint8, mode="r")
+            self._blocks = np.lib.stride_tricks.as_strided(
+                mapped,
+                (layout.num_blocks, layout.rows_per_block, layout.row_bytes),
+                (layout.block_bytes, layout.row_bytes, 1),
+            )
+        rpb = self.layout.rows_per_block
+        start = time.perf_counter()
+        unique, inverse = np.unique(ids, return_inverse=True)
+        rows = self._blocks[unique // rpb, unique % rpb]
+        staging = torch.empty((unique.size, self.layout.row_bytes), dtype=torch.uint8)
+        staging.copy_(torch.from_numpy(rows))
+        return time.perf_counter() - start
+
+    def unmap(self) -> None:
+        """Drop the mapping, so the page cache can really be emptied."""
+        self._blocks = None
+
+
+def warm_file(data: Path) -> None:
+    with open(data, "rb", buffering=0) as f:
+        while f.read(16 * MIB):
+            pass
+
+
+def dram_child(table_dir: Path, batches_file: Path) -> None:
+    """Child process: the table in anonymous memory; times our CPU gather of the batch
+    named on each stdin line ("prefill 3") and prints the seconds."""
+    manifest = json.loads((table_dir / "manifest.json").read_text())
+    layout = TableLayout(manifest["num_rows"], manifest["head_dim"], manifest["chunk_blocks"])
+    weight = torch.empty((layout.num_rows, layout.head_dim), dtype=torch.uint8)
+    scale = torch.empty((layout.num_rows, layout.scale_dim), dtype=torch.uint8)
+    used = layout.rows_per_block * layout.row_bytes
+    with open(table_dir / "rows.bin", "rb") as f:
+        for index in range(layout.num_chunks):
+            first, count, nbytes = layout.chunk_span(index)
+            raw = np.frombuffer(f.read(nbytes), dtype=np.uint8).reshape(-1, layout.block_bytes)
+            rows = torch.from_numpy(raw[:, :used].reshape(-1, layout.row_bytes)[:count])
+            weight[first : first + count] = rows[:, : layout.head_dim]
+            scale[first : first + count] = rows[:, layout.head_dim :]
+    batches = np.load(batches_file)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        kind, index = line.split()
+        ids = batches[f"{kind}{index}"]
+        start = time.perf_counter()
+        unique, inverse = np.unique(ids, return_inverse=True)
+        rows = torch.from_numpy(unique)
+        weight.index_select(0, rows), scale.index_select(0, rows)
+        print(time.perf_counter() - start, flush=True)
+
+
+class DramChild:
+    """The ``dram`` method, in its own process so its copy of the table stays out of ours."""
+
+    def __init__(self, table_dir: Path, batches_file: Path):
+        self._proc = subprocess.Popen(
+            [sys.executable, __file__, "--dram-child", str(table_dir), str(batches_file)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._proc.stdout is not None and self._proc.stdout.readline().strip() == "ready"
+
+    def time(self, kind: str, index: int) -> float:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(f"{kind} {index}\n")
+        self._proc.stdin.flush()
+        return float(self._proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        self._proc.wait()
+
+
+# ---- memory ----------------------------------------------------------------------------
+
+
+class AnonPeak:
+    """Samples this process's anonymous RSS (the table must never land there)."""
+
+    def __init__(self, every: float = 0.02):
+        self.base = self.peak = _rss_anon()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self.peak = max(self.peak, _rss_anon())
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, _rss_anon()) - self.base
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+# ---- the run ---------------------------------------------------------------------------
+
+
+def measure(
+    kind: str,
+    runs: list[np.ndarray],
+    tables: dict[str, SsdTable],
+    naive: NaivePath,
+    dram: DramChild,
+    cold_runs: int,
+) -> dict[str, Any]:
+    """Seconds per method (median) for one batch kind. The methods take turns on each
+    batch, in alternating order, so a disk or CPU whose speed drifts treats them alike."""
+    warm: dict[str, Any] = {
+        name: (lambda i, t=table: time_ssd(t, runs[i])) for name, table in tables.items()
+    }
+    warm["naive"] = lambda i: naive.time(runs[i])
+    cold = dict(warm)
+    warm["dram"] = lambda i: dram.time(kind, i)
+    any_table = next(iter(tables.values()))
+    warm_file(any_table.directory / any_table.manifest.data_file)
+    for table in tables.values():
+        table.refresh_residency()  # what the tier's background sweep learns by itself
+    seconds: dict[str, list[float]] = {}
+    for i in range(len(runs)):
+        for name in warm if i % 2 == 0 else list(warm)[::-1]:
+            seconds.setdefault(f"{name}_warm", []).append(warm[name](i))
+    resident = 0.0
+    for i in range(cold_runs):
+        for name in cold if i % 2 == 0 else list(cold)[::-1]:
+            naive.unmap()
+            for table in tables.values():  # unmaps the tables' pages, then drops them
+                table.drop_page_cache()
+            resident = max(resident, any_table.resident_fraction())
+            seconds.setdefault(f"{name}_cold", []).append(cold[name](i))
+    medians = {key: statistics.median(v) for key, v in seconds.items()}
+    return {"seconds": medians, "resident": resident}
+
+
+def measure_prefetch(table: SsdTable, runs: list[np.ndarray]) -> tuple[float, int]:
+    """The median lookup time still exposed after an admission prefetch and a compute
+    window as long as the un-prefetched lookup (the median cold lookup of these batches),
+    over that window; and the most host memory the table held meanwhile (staging plus
+    prefetched rows)."""
+    cold = []
+    for ids in runs:
+        table.drop_page_cache()
+        cold.append(time_ssd(table, ids))
+    window = statistics.median(cold)
+    exposed, held = [], 0
+    for ids in runs:
+        table.drop_page_cache()
+        handle = table.prefetch(torch.from_numpy(ids))  # at admission
+        time.sleep(window)  # the forward pass up to the Engram layer
+        exposed.append(time_ssd(table, ids))
+        held = max(held, table.memory()["dram"])
+        handle.release()
+    return statistics.median(exposed) / window, held
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    table_dir = build_table(work, args.table_gib)
+    num_rows = json.loads((table_dir / "manifest.json").read_text())["num_rows"]
+    batches = {
+        kind: zipf_batches(num_rows, tokens, args.repeats, args.zipf)
+        for kind, tokens in BATCHES.items()
+    }
+    np.savez(
+        work / "batches.npz",
+        **{f"{k}{i}": b for k, runs in batches.items() for i, b in enumerate(runs)},
+    )
+    dram = DramChild(table_dir, work / "batches.npz")
+    peak = AnonPeak()
+    table_args = {"device": torch.device("cpu")}
+    others = [r for r in reader_names() if r != args.read] if args.compare_readers else []
+    tables = {f"ssd:{r}": SsdTable(table_dir, read=r, **table_args) for r in [args.read, *others]}
+    chosen = tables[f"ssd:{args.read}"]
+    naive = NaivePath(chosen.directory / chosen.manifest.data_file, chosen.manifest.layout)
+    measured, resident = {}, 0.0
+    for kind, runs in batches.items():
+        out = measure(kind, runs, tables, naive, dram, args.cold_repeats)
+        measured[kind] = {key: runs[0].size / sec for key, sec in out["seconds"].items()}
+        resident = max(resident, out["resident"])
+    naive.unmap()
+    dram.close()
+    others_held = 0
+    for table in tables.values():
+        if table is not chosen:
+            others_held += table.memory()["dram"]
+            table.close()
+    ratio, held = measure_prefetch(chosen, batches["prefill"])
+    held += others_held
+    chosen.close()
+    anon = peak.stop()
+    result: dict[str, Any] = {}
+    for kind in BATCHES:
+        got = measured[kind]
+        result[kind] = {
+            "dram": got["dram_warm"],
+            "ssd_warm": got[f"ssd:{args.read}_warm"],
+            "ssd_cold": got[f"ssd:{args.read}_cold"],
+            "naive_warm": got["naive_warm"],
+            "naive_cold": got["naive_cold"],
+        }
+    result["prefetch_exposed_ratio"] = ratio
+    result["cold_resident_fraction"] = resident
+    result["read_strategy"] = args.read
+    result["table_gib"] = args.table_gib
+    result["unique_fraction"] = {k: np.unique(b[0]).size / b[0].size for k, b in batches.items()}
+    result["peak_rss_anon_mib"] = anon / MIB
+    result["staging_cache_mib"] = held / MIB
+    if others:
+        result["readers"] = {
+            r: {
+                k: {
+                    "ssd_warm": measured[k][f"ssd:{r}_warm"],
+                    "ssd_cold": measured[k][f"ssd:{r}_cold"],
+                }
+                for k in BATCHES
+            }
+            for r in [args.read, *others]
+        }
+    return result
+
+
+def report(result: dict[str, Any]) -> None:
+    methods = ["dram", "ssd_warm", "ssd_cold", "naive_warm", "naive_cold"]
+    print(f"\n{'batch':8} " + " ".join(f"{m:>12}" for m in methods) + "   (rows/s)")
+    for kind in BATCHES:
+        print(f"{kind:8} " + " ".join(f"{result[kind][m]:12,.0f}" for m in methods))
+    for name, values in result.get("readers", {}).items():
+        for kind in BATCHES:
+            warm, cold = values[kind]["ssd_warm"], values[kind]["ssd_cold"]
+            print(f"  reader {name:6} {kind:8} warm {warm:12,.0f}  cold {cold:12,.0f}")
+    pre, dec = result["prefill"], result["decode"]
+    checks = [
+        ("prefill ssd_warm / dram", pre["ssd_warm"] / pre["dram"], ">= 0.8"),
+        ("decode ssd_cold / naive_cold", dec["ssd_cold"] / dec["naive_cold"], ">= 3"),
+        ("prefill ssd_cold / naive_cold", pre["ssd_cold"] / pre["naive_cold"], ">= 1"),
+        ("prefetch_exposed_ratio", result["prefetch_exposed_ratio"], "<= 0.1"),
+        ("cold_resident_fraction", result["cold_resident_fraction"], "< 0.01"),
+    ]
+    print()
+    for name, value, target in checks:
+        print(f"{name:32} {value:8.3f}   target {target}")
+    print(
+        f"{'peak anonymous RSS growth':32} {result['peak_rss_anon_mib']:8.1f} MiB "
+        f"(staging + caches + prefetched rows {result['staging_cache_mib']:.1f} MiB; target < 2x)"
+    )
+    print(json.dumps(result))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table-gib", type=float, default=4.0, help="synthetic table size (GiB)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path.cwd(),
+        help="where the temporary table goes (local disk; default: cwd)",
+    )
+    parser.add_argument(
+        "--read",
+        choices=reader_names(),
+        default=DEFAULT_READER,
+        help="SSD read strategy measured (default %(default)s)",
+    )
+    parser.add_argument(
+        "--compare-readers",
+        action="store_true",
+        help="also measure ssd_warm/ssd_cold for every read strategy",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="batches per kind (warm runs)")
+    parser.add_argument("--cold-repeats", type=int, default=3, help="cold runs per kind")
+    parser.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the n-grams")
+    parser.add_argument("--dram-child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.dram_child:
+        dram_child(Path(args.dram_child[0]), Path(args.dram_child[1]))
+        return
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="engram-bench-") as work:
+        report(run(args, Path(work)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""``python -m engram.convert --checkpoint DIR --out SSD_DIR``: Engram tables to SSD tables.
+
+Reads the Engram tables of a safetensors checkpoint (``layers.{L}.engram.embed.weight``
+/ ``.scale``, or with a ``model.`` prefix) and writes the SSD layout that
+``--engram-offload ssd`` serves from. See :mod:`engram.ssd.converter`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engram.errors import EngramError
+from engram.ssd.converter import convert_checkpoint
+from engram.ssd.layout import DEFAULT_CHUNK_BYTES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m engram.convert",
+        description=(
+            "Convert the Engram tables of a safetensors checkpoint into the SSD layout "
+            "(4 KiB-aligned rows, per-chunk crc32, source identity). The output appears "
+            "atomically; an interrupted run resumes where it stopped; an output made from a "
+            "different checkpoint is never overwritten."
+        ),
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="HF checkpoint directory holding *.safetensors (and config.json)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="output directory (created; one layer{L}/ table per Engram layer)",
+    )
+    parser.add_argument(
+        "--chunk-mib",
+        type=float,
+        default=DEFAULT_CHUNK_BYTES / (1 << 20),
+        help="checksum and resume granularity in MiB (default %(default)g)",
+    )
+    parser.add_argument(
+        "--no-space-check",
+        action="store_true",
+        help="skip the free-space check before writing (for filesystems whose "
+        "free space statfs reports wrongly); a full disk still stops cleanly",
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-read the output and check every chunk checksum at the end",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        convert_checkpoint(
+            args.checkpoint,
+            args.out,
+            chunk_bytes=max(1, int(args.chunk_mib * (1 << 20))),
+            check_space=not args.no_space_check,
+            verify=args.verify,
+            show_progress=not args.quiet,
+        )
+    except (EngramError, OSError) as err:
+        print(f"engram.convert: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

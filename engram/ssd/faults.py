@@ -1,0 +1,28 @@
+"""Errors of the SSD tier's reads.
+
+A :class:`PageReadError` is what a reader raises when pages could not be read (the
+errno of the failed call and the pages it covered). The table turns it into an
+:class:`EngramIOError` for the one lookup that needed those rows; later lookups are
+unaffected. A file that changed under the table is not an I/O error but a permanent
+fault (:class:`engram.ssd.integrity.FileGuard`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engram.errors import EngramTableError
+
+
+class PageReadError(OSError):
+    """Reading ``pages`` pages from page ``first_page`` of ``path`` failed."""
+
+    def __init__(self, err: int, path: Path, first_page: int, pages: int, how: str):
+        self.path, self.first_page, self.pages = path, first_page, pages
+        last = first_page + pages - 1
+        super().__init__(err, f"{os.strerror(err)} {how} pages {first_page:,}..{last:,} of {path}")
+
+
+class EngramIOError(EngramTableError):
+    """An I/O error failed one lookup; the table stays usable."""

@@ -1,0 +1,124 @@
+"""Where each row of an Engram table sits in its SSD data file.
+
+A table directory holds ``manifest.json`` (see :mod:`engram.ssd.manifest`) and one data
+file, ``rows.bin``, of *blocks*. A row is ``head_dim`` e4m3 bytes followed by its
+``head_dim / 32`` ue8m0 exponent bytes (the :func:`engram.fp8.pack_rows` order, 264 bytes
+for DSv4.1). A block packs ``rows_per_block`` consecutive rows from its start and is
+zero-padded to a whole number of 4 KiB pages, so **no row straddles a page** and one
+page read always yields whole rows::
+
+    block b = rows [b * R, (b + 1) * R)   R = max(1, 4096 // row_bytes)
+    row r   at byte (r // R) * block_bytes + (r % R) * row_bytes
+
+For 264-byte rows a block is one page holding 15 rows (3,960 bytes + 136 bytes of
+padding, 3.4 % overhead); rows wider than a page start on a page boundary instead. The
+last block is padded too, so the file size is always a whole number of pages. The file
+is checksummed in *chunks* of whole blocks (crc32 per chunk, listed in the manifest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engram.errors import EngramTableError
+from engram.spec import FP8_BLOCK
+
+PAGE_BYTES = 4096
+DEFAULT_CHUNK_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Byte layout of one table's data file."""
+
+    num_rows: int
+    head_dim: int
+    chunk_blocks: int = DEFAULT_CHUNK_BYTES // PAGE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.num_rows < 1:
+            raise EngramTableError(f"an SSD table needs at least one row, got {self.num_rows}")
+        if self.head_dim < FP8_BLOCK or self.head_dim % FP8_BLOCK:
+            raise EngramTableError(
+                f"table rows must be a positive multiple of {FP8_BLOCK} wide, got {self.head_dim}"
+            )
+        if self.chunk_blocks < 1:
+            raise EngramTableError(f"chunk_blocks must be >= 1, got {self.chunk_blocks}")
+
+    @classmethod
+    def with_chunk_bytes(cls, num_rows: int, head_dim: int, chunk_bytes: int) -> TableLayout:
+        probe = cls(num_rows, head_dim, 1)
+        return cls(num_rows, head_dim, max(1, chunk_bytes // probe.block_bytes))
+
+    @property
+    def scale_dim(self) -> int:
+        return self.head_dim // FP8_BLOCK
+
+    @property
+    def row_bytes(self) -> int:
+        return self.head_dim + self.scale_dim
+
+    @property
+    def rows_per_block(self) -> int:
+        return max(1, PAGE_BYTES // self.row_bytes)
+
+    @property
+    def block_bytes(self) -> int:
+        used = self.rows_per_block * self.row_bytes
+        return -(-used // PAGE_BYTES) * PAGE_BYTES
+
+    @property
+    def pages_per_block(self) -> int:
+        return self.block_bytes // PAGE_BYTES
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-self.num_rows // self.rows_per_block)
+
+    @property
+    def file_bytes(self) -> int:
+        return self.num_blocks * self.block_bytes
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.chunk_blocks * self.block_bytes
+
+    @property
+    def chunk_rows(self) -> int:
+        return self.chunk_blocks * self.rows_per_block
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.num_blocks // self.chunk_blocks)
+
+    def chunk_span(self, index: int) -> tuple[int, int, int]:
+        """(first row, row count, byte length) of chunk ``index``."""
+        first = index * self.chunk_rows
+        rows = min(self.chunk_rows, self.num_rows - first)
+        blocks = -(-rows // self.rows_per_block)
+        return first, rows, blocks * self.block_bytes
+
+    def row_offsets(self, ids: np.ndarray) -> np.ndarray:
+        """Byte offset of each row id (int64)."""
+        ids = ids.astype(np.int64, copy=False)
+        rpb = self.rows_per_block
+        return (ids // rpb) * self.block_bytes + (ids % rpb) * self.row_bytes
+
+    def first_pages(self, ids: np.ndarray) -> np.ndarray:
+        """Index of the first page holding each row (a row spans ``pages_per_block``
+        pages only when it is wider than a page)."""
+        return (ids.astype(np.int64, copy=False) // self.rows_per_block) * self.pages_per_block
+
+    def pack(self, weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """Rows ``[k, D]`` + ``[k, D/32]`` (uint8, starting on a block boundary) as the
+        bytes of whole blocks, the last one zero-padded."""
+        k = weight.shape[0]
+        blocks = -(-k // self.rows_per_block)
+        dense = np.zeros((blocks * self.rows_per_block, self.row_bytes), dtype=np.uint8)
+        dense[:k, : self.head_dim] = weight
+        dense[:k, self.head_dim :] = scale
+        out = np.zeros((blocks, self.block_bytes), dtype=np.uint8)
+        out[:, : self.rows_per_block * self.row_bytes] = dense.reshape(blocks, -1)
+        return out.reshape(-1)

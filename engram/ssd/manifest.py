@@ -1,0 +1,181 @@
+"""The manifests that describe SSD tables, and atomic JSON files.
+
+A table directory's ``manifest.json`` records the layout (rows, row width, row and page
+sizes), the dtypes, the data file's size, a crc32 per chunk, a digest of those crcs
+(``table_digest``, which identifies the content) and the identity of the source the rows
+came from. A converted checkpoint directory has its own ``manifest.json`` naming the
+source checkpoint and its per-layer table directories. A manifest is written last, so a
+directory without one is never a finished table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engram.errors import EngramTableError
+from engram.ssd.layout import PAGE_BYTES, TableLayout
+
+MANIFEST = "manifest.json"
+DATA_FILE = "rows.bin"
+TABLE_FORMAT = "engram-ssd-table"
+CHECKPOINT_FORMAT = "engram-ssd-checkpoint"
+FORMAT_VERSION = 1
+WEIGHT_DTYPE = "float8_e4m3fn"
+SCALE_DTYPE = "float8_e8m0fnu"
+
+
+@dataclass(frozen=True)
+class TableManifest:
+    num_rows: int
+    head_dim: int
+    chunk_blocks: int
+    chunk_crc32: tuple[int, ...]
+    source: dict[str, Any]
+    row_bytes: int = 0
+    rows_per_block: int = 0
+    block_bytes: int = 0
+    page_bytes: int = PAGE_BYTES
+    data_file: str = DATA_FILE
+    data_bytes: int = 0
+    weight_dtype: str = WEIGHT_DTYPE
+    scale_dtype: str = SCALE_DTYPE
+    format: str = TABLE_FORMAT
+    version: int = FORMAT_VERSION
+    table_digest: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, layout: TableLayout, crcs: list[int], source: dict[str, Any]) -> TableManifest:
+        return cls(
+            num_rows=layout.num_rows,
+            head_dim=layout.head_dim,
+            chunk_blocks=layout.chunk_blocks,
+            chunk_crc32=tuple(crcs),
+            source=source,
+            row_bytes=layout.row_bytes,
+            rows_per_block=layout.rows_per_block,
+            block_bytes=layout.block_bytes,
+            data_bytes=layout.file_bytes,
+            table_digest=digest_of(layout, crcs),
+        )
+
+    @property
+    def layout(self) -> TableLayout:
+        return TableLayout(self.num_rows, self.head_dim, self.chunk_blocks)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["chunk_crc32"] = list(self.chunk_crc32)
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    @classmethod
+    def load(cls, directory: Path) -> TableManifest:
+        """Read and check ``directory/manifest.json``; raise naming what is wrong."""
+        data = _read_json(directory / MANIFEST, "SSD table")
+        if data.get("format") != TABLE_FORMAT:
+            raise EngramTableError(
+                f"{directory / MANIFEST} is not an Engram SSD table manifest "
+                f"(format {data.get('format')!r})"
+            )
+        if data.get("version") != FORMAT_VERSION:
+            raise EngramTableError(
+                f"{directory / MANIFEST} has format version {data.get('version')}; this "
+                f"build reads version {FORMAT_VERSION}: convert the checkpoint again"
+            )
+        try:
+            data["chunk_crc32"] = tuple(int(c) for c in data["chunk_crc32"])
+            manifest = cls(**data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise EngramTableError(f"{directory / MANIFEST} is malformed: {err}") from err
+        manifest.check_consistent(directory)
+        return manifest
+
+    def check_consistent(self, directory: Path) -> None:
+        where = directory / MANIFEST
+        layout = self.layout
+        derived = {
+            "row_bytes": layout.row_bytes,
+            "rows_per_block": layout.rows_per_block,
+            "block_bytes": layout.block_bytes,
+            "data_bytes": layout.file_bytes,
+            "page_bytes": PAGE_BYTES,
+        }
+        for name, want in derived.items():
+            if getattr(self, name) != want:
+                raise EngramTableError(
+                    f"{where}: {name} is {getattr(self, name)} but the layout implies {want}"
+                )
+        if (self.weight_dtype, self.scale_dtype) != (WEIGHT_DTYPE, SCALE_DTYPE):
+            raise EngramTableError(
+                f"{where}: table dtypes are {self.weight_dtype}/{self.scale_dtype}, the "
+                f"Engram spec needs {WEIGHT_DTYPE}/{SCALE_DTYPE}"
+            )
+        if len(self.chunk_crc32) != layout.num_chunks:
+            raise EngramTableError(
+                f"{where}: {len(self.chunk_crc32)} chunk checksums for {layout.num_chunks} chunks"
+            )
+        if self.table_digest != digest_of(layout, list(self.chunk_crc32)):
+            raise EngramTableError(f"{where}: table_digest does not match its chunk checksums")
+
+
+@dataclass(frozen=True)
+class CheckpointManifest:
+    """A converted checkpoint: its source identity and one table directory per layer."""
+
+    source: dict[str, Any]
+    layers: dict[str, str]
+    format: str = CHECKPOINT_FORMAT
+    version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def load(cls, directory: Path) -> CheckpointManifest:
+        data = _read_json(directory / MANIFEST, "converted checkpoint")
+        if data.get("format") != CHECKPOINT_FORMAT or data.get("version") != FORMAT_VERSION:
+            raise EngramTableError(
+                f"{directory / MANIFEST} is not a version-{FORMAT_VERSION} converted "
+                f"Engram checkpoint (format {data.get('format')!r}, version {data.get('version')})"
+            )
+        return cls(source=data["source"], layers={str(k): v for k, v in data["layers"].items()})
+
+
+def digest_of(layout: TableLayout, crcs: list[int]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{layout.num_rows}:{layout.head_dim}:{layout.chunk_blocks}:".encode())
+    h.update(b"".join(int(c).to_bytes(4, "little") for c in crcs))
+    return h.hexdigest()
+
+
+def write_json_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    if not path.exists():
+        raise EngramTableError(f"{what} manifest {path} is missing")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise EngramTableError(f"{what} manifest {path} is unreadable: {err}") from err

@@ -1,0 +1,60 @@
+"""The bounded RAM cache of hot rows in front of an SSD table (``ram_cache_bytes``).
+
+Holds packed FP8 rows (``row_bytes`` each) in plain host memory; lookups copy hits into
+the staging buffer and insert what they read from the file. Hits and misses are counted
+per distinct row of a lookup.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from engram.ssd.set_assoc import SetAssociativeIndex
+
+
+class RowCache:
+    def __init__(self, capacity_bytes: int, row_bytes: int, *, ways: int = 8):
+        self.index = SetAssociativeIndex(max(1, capacity_bytes // row_bytes), ways)
+        self.rows = torch.empty((self.index.capacity, row_bytes), dtype=torch.uint8)
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.numel()
+
+    @property
+    def hit_ratio(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def take(self, ids: np.ndarray, out: torch.Tensor) -> np.ndarray:
+        """Copy cached rows of distinct ``ids`` into ``out``; return the hit mask."""
+        with self._lock:
+            slots = self.index.probe(torch.from_numpy(ids))
+            hit = slots >= 0
+            if bool(hit.any()):
+                out[hit] = self.rows[slots[hit]]
+            n_hit = int(hit.sum())
+            self.hits += n_hit
+            self.misses += len(ids) - n_hit
+        return hit.numpy()
+
+    def put(self, ids: np.ndarray, rows: torch.Tensor) -> None:
+        """Insert rows of distinct ``ids`` that were not in the cache."""
+        with self._lock:
+            slots = self.index.admit(torch.from_numpy(ids))
+            kept = slots >= 0
+            self.rows[slots[kept]] = rows[kept]
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "ram_cache_bytes": self.nbytes,
+            "ram_cache_hits": self.hits,
+            "ram_cache_misses": self.misses,
+            "ram_cache_hit_ratio": self.hit_ratio,
+        }

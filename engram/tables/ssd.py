@@ -1,0 +1,286 @@
+"""``ssd``: rows in files on local NVMe, read on demand (format: :mod:`engram.ssd.layout`).
+
+A lookup dedups its row ids, takes what it can from prefetched rows and the RAM row
+cache, reads the rest from the data file with the chosen read strategy (only the pages
+holding them), gathers everything into a staging buffer (pinned on a GPU), copies it to
+the device asynchronously and dequantises there. An I/O error fails that one lookup
+with :class:`EngramIOError`; a data file that changes under the table is a permanent
+fault (every later lookup raises).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engram.errors import EngramTableError
+from engram.fp8 import dequantize_rows, unpack_rows
+from engram.ssd.ensure import ensure_table, resolve_table_dir
+from engram.ssd.faults import EngramIOError
+from engram.ssd.integrity import FileGuard, verify_table
+from engram.ssd.layout import DEFAULT_CHUNK_BYTES
+from engram.ssd.manifest import TableManifest
+from engram.ssd.prefetch import Prefetcher, PrefetchHandle, exact_match, take_rows
+from engram.ssd.readers import DEFAULT_READER, open_reader
+from engram.ssd.row_cache import RowCache
+from engram.ssd.sources import TensorRows
+from engram.ssd.staging import StagingBuffers
+from engram.tables.base import EngramTable
+from engram.tables.hot_cache import with_hot_cache
+
+DEFAULT_PREFETCH_BYTES = 1 << 30
+
+
+class SsdTable(EngramTable):
+    placement = "ssd"
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        device: torch.device,
+        head_dim: int | None = None,
+        num_rows: int | None = None,
+        read: str = DEFAULT_READER,
+        ram_cache_bytes: int = 0,
+        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+        verify: str = "quick",
+    ):
+        manifest = TableManifest.load(directory)
+        for what, want, have in (
+            ("rows are", head_dim, manifest.head_dim),
+            ("row count is", num_rows, manifest.num_rows),
+        ):
+            if want is not None and want != have:
+                raise EngramTableError(
+                    f"SSD table {directory}: its {what} {have:,} but the spec expects {want:,}"
+                )
+        verify_table(directory, manifest, verify)
+        super().__init__(manifest.num_rows, manifest.head_dim, device)
+        self.directory = directory
+        self.manifest = manifest
+        layout = manifest.layout
+        self._reader = open_reader(read, directory / manifest.data_file, layout)
+        self._guard = FileGuard(self._reader.path, self._reader.fd, layout.file_bytes)
+        self._cache = RowCache(ram_cache_bytes, self.row_bytes) if ram_cache_bytes > 0 else None
+        self._staging = StagingBuffers(self.row_bytes, self.device)
+        self._prefetcher = Prefetcher(self._fill_prefetch)
+        self._prefetch_budget = prefetch_bytes
+        self._handles: list[PrefetchHandle] = []
+        self._lock = threading.RLock()  # lookups of one table run one at a time
+        self._handles_lock = threading.Lock()
+        self.prefetch_hits = 0
+        self.io_errors = 0
+        self._cache_hits = 0  # RAM cache hits of the current fetch
+
+    # ---- lookups ----------------------------------------------------------------------
+
+    def fetch(self, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int | None]:
+        """The host half of a lookup: (distinct ids, inverse, their packed rows, staging
+        index or ``None`` for a prefetch handle's rows). Valid until the next fetch;
+        the benchmark times this (the device copy and dequantisation follow in lookup)."""
+        with self._lock:
+            return self._fetch(ids)
+
+    def _fetch(self, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int | None]:
+        self._guard.check()
+        flat = ids.reshape(-1).to("cpu", torch.int64).numpy()
+        self._cache_hits = 0
+        exact = self._exact_prefetch(flat)
+        if exact is not None:
+            return (*exact, None)
+        unique, inverse = np.unique(flat, return_inverse=True)
+        index, rows = self._staging.acquire(unique.size)
+        need = self._take_prefetched(unique, rows)
+        self._cache_hits = 0
+        if need.all():
+            self._cache_hits = self._read(unique, rows)
+        elif need.any():
+            where = np.flatnonzero(need)
+            part = torch.empty((where.size, self.row_bytes), dtype=torch.uint8)
+            self._cache_hits = self._read(unique[where], part)
+            rows[torch.from_numpy(where)] = part
+        return unique, inverse, rows, index
+
+    def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
+        with self._lock:
+            unique, inverse, rows, index = self.fetch(ids)
+            packed = self._staging.to_device(index, rows)
+            weight, scale = unpack_rows(packed, self.head_dim)
+            # NOTE: on a CPU device `packed` is the staging buffer itself; dequantising
+            # makes a new tensor, so the buffer is free for the next lookup.
+            values = dequantize_rows(weight, scale)
+            from_ram = self._cache_hits
+        out = values[torch.from_numpy(inverse).to(self.device)]
+        # NOTE: prefetched rows were read from the SSD too (ahead of time).
+        tiers = {"ssd": (unique.size - from_ram) * self.row_bytes}
+        if from_ram:
+            tiers["dram"] = from_ram * self.row_bytes
+        return out, unique.size, tiers
+
+    def _read(self, ids: np.ndarray, out: torch.Tensor) -> int:
+        """Rows of distinct ``ids`` into ``out``: RAM cache first, then the file. Returns
+        how many came from the RAM cache."""
+        need = np.ones(ids.size, dtype=bool)
+        if self._cache is not None:
+            need = ~self._cache.take(ids, out)
+            if not need.any():
+                return ids.size
+        miss = ids[need]
+        target = (
+            out
+            if miss.size == ids.size
+            else torch.empty((miss.size, self.row_bytes), dtype=torch.uint8)
+        )
+        try:
+            self._reader.read_rows(miss, target)
+        except OSError as err:
+            self.io_errors += 1
+            self._guard.check()  # a file that changed is a permanent fault, said as such
+            raise EngramIOError(
+                f"I/O error reading {miss.size:,} rows of SSD table {self.directory}: {err}. "
+                "Only this lookup failed; the table keeps serving"
+            ) from err
+        if target is not out:
+            out[torch.from_numpy(np.flatnonzero(need))] = target
+        if self._cache is not None:
+            self._cache.put(miss, target)
+        return ids.size - miss.size
+
+    # ---- prefetch ---------------------------------------------------------------------
+
+    def prefetch(self, row_ids: torch.Tensor) -> PrefetchHandle:
+        """Start reading ``row_ids``' rows in the background; see :mod:`engram.ssd.prefetch`."""
+        flat = row_ids.reshape(-1).to("cpu", torch.int64)
+        self._check_ids(flat)
+        handle = PrefetchHandle(
+            flat.numpy().copy(),
+            keep_rows=flat.numel() * self.row_bytes <= self._prefetch_budget,
+            row_bytes=self.row_bytes,
+        )
+        evicted = []
+        with self._handles_lock:
+            while self._handles and self._held_bytes() + handle.nbytes > self._prefetch_budget:
+                evicted.append(self._handles.pop(0))
+            handle._on_release = self._forget
+            self._handles.append(handle)
+        for old in evicted:
+            old.release()
+        self._prefetcher.submit(handle)
+        return handle
+
+    def _fill_prefetch(self, handle: PrefetchHandle) -> torch.Tensor | None:
+        ids, inverse = np.unique(handle.flat_ids, return_inverse=True)
+        handle._set_ids(ids, inverse)
+        if handle.released:
+            return None
+        if not handle.keep_rows:
+            self._reader.warm(ids)
+            return None
+        pinned = self.device.type == "cuda"
+        rows = torch.empty((ids.size, self.row_bytes), dtype=torch.uint8, pin_memory=pinned)
+        self._read(ids, rows)
+        return rows
+
+    def _live_handles(self) -> list[PrefetchHandle]:
+        with self._handles_lock:
+            return list(self._handles)
+
+    def _exact_prefetch(
+        self, flat: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, torch.Tensor] | None:
+        found = exact_match(self._live_handles(), flat)
+        if found is not None:
+            self.prefetch_hits += found[0].size
+        return found
+
+    def _take_prefetched(self, ids: np.ndarray, out: torch.Tensor) -> np.ndarray:
+        need = take_rows(self._live_handles(), ids, out)
+        self.prefetch_hits += int(need.size - need.sum())
+        return need
+
+    def _held_bytes(self) -> int:
+        return sum(h.nbytes for h in list(self._handles))
+
+    def refresh_residency(self) -> None:
+        """Re-learn now which pages of the file the page cache holds (the mmap reader
+        also does this continuously in the background)."""
+        self._reader.refresh_residency()
+
+    def _forget(self, handle: PrefetchHandle) -> None:
+        with self._handles_lock:
+            if handle in self._handles:
+                self._handles.remove(handle)
+
+    # ---- state --------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the SSD tier (cache hit ratios, prefetch hits, pages read, errors)."""
+        out: dict[str, Any] = {
+            "pages_requested": self._reader.pages_requested,
+            "prefetch_hits": self.prefetch_hits,
+            "prefetch_bytes_held": self._held_bytes(),
+            "io_errors": self.io_errors,
+            "read_strategy": self._reader.name,
+        }
+        if self._cache is not None:
+            out.update(self._cache.stats())
+        return out
+
+    def drop_page_cache(self) -> None:
+        """Evict the data file from the page cache (benchmarks, tests)."""
+        self._reader.drop_page_cache()
+
+    def resident_fraction(self) -> float:
+        """Share of the data file's pages in the page cache (mincore)."""
+        return self._reader.resident_fraction()
+
+    def verify(self, mode: str = "full") -> None:
+        """Check the data file against the manifest's checksums now."""
+        verify_table(self.directory, self.manifest, mode)
+
+    def memory(self) -> dict[str, int]:
+        held = self._staging.nbytes + self._held_bytes()
+        if self._cache is not None:
+            held += self._cache.nbytes
+        return {"ssd": self.manifest.data_bytes, "dram": held}
+
+    def close(self) -> None:
+        self._prefetcher.close()
+        with self._handles_lock:
+            handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.release()
+        self._staging.release()
+        self._reader.close()
+
+
+def create_ssd_table(
+    weight: torch.Tensor | None,
+    scale: torch.Tensor | None,
+    *,
+    device: torch.device,
+    path: str | Path | None = None,
+    head_dim: int | None = None,
+    num_rows: int | None = None,
+    layer: int | None = None,
+    hot_cache_bytes: int = 0,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    **options: Any,
+) -> EngramTable:
+    """The ``ssd`` factory: write the table under ``path`` from the weights if it is
+    absent, reuse it if it holds the same rows, or open it when no weights are given."""
+    if path is None:
+        raise EngramTableError("the 'ssd' placement needs path=<directory of the table files>")
+    unknown = set(options) - {"read", "ram_cache_bytes", "prefetch_bytes", "verify"}
+    if unknown:
+        raise EngramTableError(f"unknown option(s) for the 'ssd' placement: {sorted(unknown)}")
+    directory = resolve_table_dir(Path(path), layer)
+    source = TensorRows(weight, scale) if weight is not None and scale is not None else None
+    ensure_table(directory, source, chunk_bytes=chunk_bytes)
+    table = SsdTable(directory, device=device, head_dim=head_dim, num_rows=num_rows, **options)
+    return with_hot_cache(table, hot_cache_bytes)

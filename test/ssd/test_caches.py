@@ -1,0 +1,92 @@
+"""The RAM row cache and the HBM hot-row cache: hit/miss accounting, bounds, LRU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from engram.ssd.set_assoc import MISS, SetAssociativeIndex
+from engram.tables import create_table
+from engram.tables.hot_cache import HotRowCache
+from test.ssd.helpers import random_table
+
+ROWS, DIM = 20_000, 256
+ROW_BYTES = DIM + DIM // 32
+
+
+def _distinct(n: int, exclude: torch.Tensor | None = None) -> torch.Tensor:
+    ids = torch.randperm(ROWS)
+    if exclude is not None:
+        ids = ids[~torch.isin(ids, exclude)]
+    return ids[:n]
+
+
+def test_ram_cache_counts_hits_and_misses(tmp_path: Path) -> None:
+    weight, scale = random_table(ROWS, DIM)
+    dram = create_table("dram", weight, scale)
+    table = create_table("ssd", weight, scale, path=tmp_path / "t", ram_cache_bytes=8 << 20)
+    first = _distinct(500)
+    assert torch.equal(table.lookup(first.repeat(3)), dram.lookup(first.repeat(3)))
+    stats = table.stats()
+    assert (stats["ram_cache_hits"], stats["ram_cache_misses"]) == (0, 500)  # per distinct row
+    assert torch.equal(table.lookup(first), dram.lookup(first))
+    new = _distinct(200, exclude=first)
+    mixed = torch.cat([first[:100], new])
+    assert torch.equal(table.lookup(mixed), dram.lookup(mixed))
+    stats = table.stats()
+    assert (stats["ram_cache_hits"], stats["ram_cache_misses"]) == (600, 700)
+    assert abs(stats["ram_cache_hit_ratio"] - 600 / 1300) < 1e-12
+    assert table.counters.bytes_read == {"ssd": 700 * ROW_BYTES, "dram": 600 * ROW_BYTES}
+    table.close()
+
+
+def test_ram_cache_stays_within_its_bound(tmp_path: Path) -> None:
+    weight, scale = random_table(ROWS, DIM)
+    dram = create_table("dram", weight, scale)
+    capacity = 64 * ROW_BYTES
+    table = create_table("ssd", weight, scale, path=tmp_path / "t", ram_cache_bytes=capacity)
+    assert table.stats()["ram_cache_bytes"] <= capacity
+    ids = _distinct(1000)
+    for _ in range(2):
+        assert torch.equal(table.lookup(ids), dram.lookup(ids))
+    assert table.stats()["ram_cache_hits"] <= 64
+    table.close()
+
+
+def test_set_associative_index_evicts_the_least_recently_used() -> None:
+    index = SetAssociativeIndex(capacity=4, ways=4)
+    base = int(torch.randint(0, 1000, ()).item())
+    ids = torch.arange(base, base + 4)
+    slots = index.admit(ids)
+    assert sorted(slots.tolist()) == [0, 1, 2, 3]
+    index.probe(ids[[0, 2, 3]])  # ids[1] is now the least recently used
+    newcomer = torch.tensor([base + 100])
+    assert index.admit(newcomer).tolist() == [slots[1].item()]
+    probed = index.probe(torch.cat([ids, newcomer]))
+    assert probed[1].item() == MISS and (probed[[0, 2, 3, 4]] >= 0).all()
+    # More new rows than ways in one call: the surplus is simply not cached.
+    crowd = torch.arange(base + 200, base + 210)
+    assert int((index.admit(crowd) >= 0).sum()) == 4
+
+
+def test_hot_cache_in_front_of_dram_and_ssd(tmp_path: Path) -> None:
+    weight, scale = random_table(ROWS, DIM)
+    dram = create_table("dram", weight, scale)
+    ssd = create_table("ssd", weight, scale, path=tmp_path / "t", hot_cache_bytes=1 << 20)
+    assert isinstance(ssd, HotRowCache) and ssd.placement == "ssd"
+    hot_dram = HotRowCache(create_table("dram", weight, scale), 1 << 20)
+    ids = _distinct(300)
+    for table in (ssd, hot_dram):
+        assert torch.equal(table.lookup(ids.view(3, 100)), dram.lookup(ids.view(3, 100)))
+        again = torch.cat([ids[:120], _distinct(30, exclude=ids)])
+        assert torch.equal(table.lookup(again), dram.lookup(again))
+        stats = table.stats()
+        assert (stats["hot_cache_hits"], stats["hot_cache_misses"]) == (120, 330)
+        assert abs(stats["hot_cache_hit_ratio"] - 120 / 450) < 1e-12
+        assert table.memory()["hbm"] == stats["hot_cache_bytes"] > 0
+        assert table.counters.bytes_read["hbm"] == 120 * ROW_BYTES
+    # Misses went through the wrapped ssd table, which counts its own reads.
+    assert ssd.inner.counters.unique_rows == 330
+    assert ssd.counters.bytes_read["ssd"] == 330 * ROW_BYTES
+    ssd.close()

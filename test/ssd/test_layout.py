@@ -1,0 +1,52 @@
+"""The SSD file layout: no row straddles a 4 KiB page, and packing round-trips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from engram.ssd.layout import PAGE_BYTES, TableLayout
+from engram.ssd.readers.base import block_runs
+from test.ssd.helpers import random_table
+
+
+@pytest.mark.parametrize("head_dim", [32, 64, 256, 1024, 4096])
+def test_rows_never_straddle_a_page_and_round_trip(head_dim: int) -> None:
+    rows = int(torch.randint(50, 400, ()).item())
+    layout = TableLayout(rows, head_dim, chunk_blocks=3)
+    offsets = layout.row_offsets(np.arange(rows))
+    if layout.row_bytes <= PAGE_BYTES:
+        assert np.all(offsets % PAGE_BYTES + layout.row_bytes <= PAGE_BYTES)
+    else:
+        assert np.all(offsets % PAGE_BYTES == 0)
+    assert layout.file_bytes % PAGE_BYTES == 0
+    assert np.all(np.diff(offsets) > 0) and offsets[-1] + layout.row_bytes <= layout.file_bytes
+
+    weight, scale = random_table(rows, head_dim)
+    packed = layout.pack(weight.numpy(), scale.numpy())
+    assert packed.size == layout.file_bytes
+    back = np.stack([packed[o : o + layout.row_bytes] for o in offsets])
+    assert np.array_equal(back[:, :head_dim], weight.numpy())
+    assert np.array_equal(back[:, head_dim:], scale.numpy())
+    chunks = [layout.chunk_span(i) for i in range(layout.num_chunks)]
+    assert sum(n for _, n, _ in chunks) == rows
+    assert sum(b for _, _, b in chunks) == layout.file_bytes
+
+
+def test_dsv41_rows_pack_fifteen_to_a_page() -> None:
+    layout = TableLayout(384_006_168, 256)
+    assert (layout.row_bytes, layout.rows_per_block, layout.block_bytes) == (264, 15, 4096)
+    assert layout.file_bytes == -(-384_006_168 // 15) * 4096
+
+
+def test_block_runs_group_consecutive_blocks() -> None:
+    ids = np.unique(np.random.default_rng().integers(0, 3000, 400))
+    for max_blocks in (0, 3):
+        runs = block_runs(ids, 15, max_blocks)
+        covered = np.concatenate([np.arange(s, s + n) for s, n in runs])
+        assert np.array_equal(covered, np.unique(ids // 15))
+        if max_blocks:
+            assert runs[:, 1].max() <= max_blocks
+        else:  # maximal runs: no two touch
+            assert np.all(runs[1:, 0] > runs[:-1, 0] + runs[:-1, 1])
