@@ -1,0 +1,40 @@
+"""``python -m sglang_engram doctor``: report what the plugin found on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sglang_engram",
+        description="Tools of the sglang-engram plugin (clusters: python -m "
+        "sglang_engram.cluster).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    doctor = sub.add_parser(
+        "doctor",
+        help="Report the SGLang version, which hooks applied, the GPU and its "
+        "host-memory / huge-page situation.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument(
+        "--no-hooks",
+        action="store_true",
+        help="skip applying the hooks (they import SGLang's model code, which is slow)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from sglang_engram.doctor import collect, render
+
+    report = collect(apply_hooks=not args.no_hooks)
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    failed = any(s.startswith("failed") for s in report["hooks"].values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

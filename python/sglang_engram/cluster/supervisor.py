@@ -1,0 +1,254 @@
+"""Run one server process, watch its health, restart it with backoff when it dies.
+
+One thread owns the process from spawn to kill: it starts it, polls its health URL,
+restarts it after ``RestartPolicy.delay`` when it exits, gives up after
+``max_restarts`` (state ``failed``) and, on ``stop``, terminates the whole process
+tree. The process runs in a session of its own so that its children (SGLang's
+scheduler and detokenizer) are stopped with it, and (on Linux) is killed by the kernel
+if the supervising process dies without stopping it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+# starting: spawned, health not yet answered; running: healthy; unhealthy: alive but its
+# health check fails after having passed; restarting: dead, waiting out the backoff;
+# failed: gave up after max_restarts; stopped: stopped on request.
+STATES = ("starting", "running", "unhealthy", "restarting", "failed", "stopped")
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """Bounded restarts: the n-th restart waits backoff_s * 2**(n-1), at most max_backoff_s."""
+
+    max_restarts: int = 3
+    backoff_s: float = 2.0
+    max_backoff_s: float = 60.0
+
+    def delay(self, restart: int) -> float:
+        return min(self.backoff_s * 2 ** (restart - 1), self.max_backoff_s)
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    name: str
+    argv: tuple[str, ...]
+    log_path: str
+    health_url: str
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    stop_grace_s: float = 15.0
+    health_interval_s: float = 1.0
+
+
+class ProcessSupervisor:
+    def __init__(self, spec: ProcessSpec) -> None:
+        self.spec = spec
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._state = "stopped"
+        self._restarts = 0
+        self._exit_codes: list[int] = []
+        self._started_at: float | None = None
+        self._killed_pids: list[int] = []
+
+    # ---- control -------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError(f"{self.spec.name} was already started")
+        Path(self.spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+        self._state = "starting"
+        self._thread = threading.Thread(target=self._run, name=f"supervise-{self.spec.name}")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def stop(self) -> list[int]:
+        """Stop the process tree (TERM, then KILL after the grace period); return its pids."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.spec.stop_grace_s + 15)
+        with self._lock:
+            if self._state != "failed":
+                self._state = "stopped"
+            return list(self._killed_pids)
+
+    # ---- reading -------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            proc = self._proc
+            return {
+                "state": self._state,
+                "pid": proc.pid if proc is not None and proc.poll() is None else None,
+                "restarts": self._restarts,
+                "max_restarts": self.spec.restart.max_restarts,
+                "exit_codes": list(self._exit_codes),
+                "uptime_s": None if self._started_at is None else time.time() - self._started_at,
+                "log": self.spec.log_path,
+            }
+
+    def log_tail(self, lines: int = 20) -> list[str]:
+        try:
+            with open(self.spec.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 64 * 1024))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return []
+        return text.splitlines()[-lines:]
+
+    # ---- the owning thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            proc = self._spawn()
+            code = self._watch(proc)
+            if code is None:  # stop requested; the tree is already down
+                return
+            _kill_leftovers(proc.pid)
+            with self._lock:
+                self._exit_codes.append(code)
+                if self._restarts >= self.spec.restart.max_restarts:
+                    self._state = "failed"
+                    self._log(f"exited with {code}; gave up after {self._restarts} restarts")
+                    return
+                self._restarts += 1
+                self._state = "restarting"
+                delay = self.spec.restart.delay(self._restarts)
+            self._log(f"exited with {code}; restart {self._restarts} in {delay:g}s")
+            if self._stop.wait(delay):
+                return
+            with self._lock:
+                self._state = "starting"
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        self._log(f"start: {' '.join(self.spec.argv)}")
+        with open(self.spec.log_path, "ab") as log:
+            proc = subprocess.Popen(
+                list(self.spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+        with self._lock:
+            self._proc = proc
+            self._started_at = time.time()
+        return proc
+
+    def _watch(self, proc: subprocess.Popen[bytes]) -> int | None:
+        next_check = 0.0
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return code
+            if self._stop.is_set():
+                self._terminate(proc)
+                return None
+            if time.monotonic() >= next_check:
+                healthy = probe(self.spec.health_url)
+                next_check = time.monotonic() + self.spec.health_interval_s
+                with self._lock:
+                    if healthy and self._state in ("starting", "unhealthy"):
+                        self._state = "running"
+                    elif not healthy and self._state == "running":
+                        self._state = "unhealthy"
+            self._stop.wait(0.2)
+
+    def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            tree = [psutil.Process(proc.pid)]
+            tree += tree[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
+        pids = [p.pid for p in tree]
+        self._log(f"stopping pids {pids}")
+        _signal_group(proc.pid, signal.SIGTERM)
+        _, alive = psutil.wait_procs(tree, timeout=self.spec.stop_grace_s)
+        if alive:
+            _signal_group(proc.pid, signal.SIGKILL)
+            for p in alive:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(alive, timeout=5)
+        proc.wait(timeout=5)
+        with self._lock:
+            self._killed_pids = pids
+
+    def _log(self, message: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with open(self.spec.log_path, "a") as f:
+            f.write(f"=== [{stamp}] supervisor: {self.spec.name} {message}\n")
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = int(signal.SIGKILL)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL it when the thread that spawned it ends.
+
+    NOTE: the death signal follows the spawning *thread*; the owner thread spawns every
+    incarnation and ends only after stopping it, so this fires only when the actor
+    process itself dies (killed by Ray, or its node's Ray shutting down). It runs in the
+    forked child of a threaded process, so it makes one pre-resolved libc call, nothing else.
+    """
+    assert _LIBC is not None
+    _LIBC.prctl(_PR_SET_PDEATHSIG, _SIGKILL)
+
+
+def _kill_leftovers(pgid: int, grace_s: float = 5.0) -> None:
+    """Stop what a dead process left in its group (children without a death signal)."""
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)  # pgid == pid: the process leads its own session
+    except ProcessLookupError:
+        pass
+
+
+def probe(url: str, timeout_s: float = 3.0) -> bool:
+    """True when ``url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False

@@ -1,0 +1,103 @@
+"""Run a callback right after a given module is first imported.
+
+SGLang's ``HookRegistry.apply_hooks`` imports every target module at once, in every
+process (launcher, tokenizer, detokenizer). Our targets include the model registry
+and the Engram layers, which are heavy; so each hook is handed to SGLang only when
+its module is imported anyway (or at once if it already is).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+Callback = Callable[[ModuleType], None]
+
+_callbacks: dict[str, list[Callback]] = {}
+_lock = threading.RLock()
+
+
+def when_imported(module_name: str, callback: Callback) -> None:
+    """Call ``callback(module)`` once ``module_name`` has executed (now if it has)."""
+    with _lock:
+        module = sys.modules.get(module_name)
+        if module is None:
+            _callbacks.setdefault(module_name, []).append(callback)
+            _install_finder()
+            return
+    _fire(callback, module)
+
+
+def pending() -> list[str]:
+    """Modules whose callbacks have not run yet in this process."""
+    with _lock:
+        return sorted(name for name, cbs in _callbacks.items() if cbs)
+
+
+def _fire(callback: Callback, module: ModuleType) -> None:
+    try:
+        callback(module)
+    except Exception:  # noqa: BLE001 - a broken hook must not break the import
+        logger.exception("sglang-engram: callback for %s failed", module.__name__)
+
+
+def _run_callbacks(module: ModuleType) -> None:
+    with _lock:
+        callbacks = _callbacks.pop(module.__name__, [])
+    for callback in callbacks:
+        _fire(callback, module)
+
+
+class _NotifyingLoader(importlib.abc.Loader):
+    """Delegates to the real loader, then runs the module's callbacks."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def create_module(self, spec):  # type: ignore[no-untyped-def]
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        _run_callbacks(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    def __init__(self) -> None:
+        self._resolving: set[str] = set()
+
+    def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+        if fullname not in _callbacks or fullname in self._resolving:
+            return None
+        # NOTE: find the real spec through the remaining finders, then wrap its loader;
+        # _resolving stops this finder from answering its own recursive query.
+        self._resolving.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._resolving.discard(fullname)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _NotifyingLoader(spec.loader)
+        return spec
+
+
+_finder: _PostImportFinder | None = None
+
+
+def _install_finder() -> None:
+    global _finder
+    if _finder is None:
+        _finder = _PostImportFinder()
+        sys.meta_path.insert(0, _finder)

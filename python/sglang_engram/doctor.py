@@ -1,0 +1,152 @@
+"""``python -m sglang_engram doctor``: what this machine and SGLang install give us."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from sglang_engram.compat import PINNED_SGLANG_VERSION, installed_sglang_version
+
+_THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def plugin_entry_point() -> str | None:
+    for ep in metadata.entry_points(group="sglang.srt.plugins"):
+        if ep.value.startswith("sglang_engram."):
+            return f"{ep.name} = {ep.value}"
+    return None
+
+
+def hook_report() -> dict[str, str]:
+    """Register the plugin and apply every hook now (imports the hooked modules)."""
+    from sglang_engram import plugin
+    from sglang_engram.hooks import HOOKS
+
+    plugin.register()
+    for hook in HOOKS:
+        if plugin.STATUS.get(hook.target) != "applied":
+            plugin.apply_hook(hook)
+    return {hook.target: plugin.STATUS.get(hook.target, "not registered") for hook in HOOKS}
+
+
+def gpu_report() -> dict[str, Any]:
+    try:
+        import torch
+    except ImportError:
+        return {"available": False, "why": "torch is not installed"}
+    if not torch.cuda.is_available():
+        return {"available": False, "why": "no CUDA or ROCm device visible to torch"}
+    free, total = torch.cuda.mem_get_info()
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "available": True,
+        "name": props.name,
+        "count": torch.cuda.device_count(),
+        "memory_gib": round(total / 2**30, 2),
+        "free_gib": round(free / 2**30, 2),
+        "rocm": torch.version.hip is not None,
+    }
+
+
+def host_memory_report() -> dict[str, Any]:
+    meminfo: dict[str, int] = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            meminfo[key] = int(value.split()[0])
+    except OSError:
+        pass
+    kib = 1 << 20  # KiB per GiB
+    report: dict[str, Any] = {
+        "total_gib": round(meminfo.get("MemTotal", 0) / kib, 2),
+        "available_gib": round(meminfo.get("MemAvailable", 0) / kib, 2),
+        "hugepages_total": meminfo.get("HugePages_Total", 0),
+        "hugepages_free": meminfo.get("HugePages_Free", 0),
+        "hugepage_size_kib": meminfo.get("Hugepagesize", 0),
+        "transparent_hugepages": _thp_mode(),
+    }
+    if Path("/dev/shm").exists():
+        report["dev_shm_gib"] = round(shutil.disk_usage("/dev/shm").total / 2**30, 2)
+    return report
+
+
+def _thp_mode() -> str:
+    try:
+        text = _THP.read_text()
+    except OSError:
+        return "unknown"
+    start, end = text.find("["), text.find("]")
+    return text[start + 1 : end] if 0 <= start < end else text.strip()
+
+
+def advice(report: dict[str, Any]) -> list[str]:
+    notes = []
+    sglang = report["sglang"]
+    if sglang["installed"] != sglang["pinned"]:
+        notes.append(f"install sglang=={sglang['pinned']} (found {sglang['installed']})")
+    if not report["entry_point"]:
+        notes.append("the sglang.srt.plugins entry point is missing: reinstall sglang-engram")
+    if any(not s.startswith("applied") for s in report["hooks"].values()):
+        notes.append("some hooks did not apply: see their reasons above")
+    host = report["host_memory"]
+    if host["transparent_hugepages"] == "never" and not host["hugepages_total"]:
+        notes.append(
+            "no huge pages (THP 'never', no hugetlbfs pages): dram-placed Engram lookups "
+            "can be ~10x slower; enable THP (madvise) or reserve huge pages"
+        )
+    if host.get("dev_shm_gib", 1) < 1:
+        notes.append("/dev/shm is under 1 GiB (Docker default 64 MiB): run with --shm-size")
+    if not report["gpu"]["available"]:
+        notes.append(f"no GPU: {report['gpu']['why']}; SGLang cannot serve here")
+    return notes
+
+
+def collect(apply_hooks: bool = True) -> dict[str, Any]:
+    from engram.tables import placement_names
+
+    report: dict[str, Any] = {
+        "sglang": {"installed": installed_sglang_version(), "pinned": PINNED_SGLANG_VERSION},
+        "entry_point": plugin_entry_point(),
+        "placements": placement_names(),
+        "hooks": hook_report() if apply_hooks else {},
+        "gpu": gpu_report(),
+        "host_memory": host_memory_report(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    report["advice"] = advice(report)
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        f"SGLang: {report['sglang']['installed']} (pinned {report['sglang']['pinned']})",
+        f"entry point: {report['entry_point'] or 'MISSING'}",
+        f"placements: {', '.join(report['placements'])}",
+        "hooks:",
+        *(
+            f"  {status:<8} {target}"
+            if status in ("applied", "pending")
+            else f"  FAILED   {target}: {status}"
+            for target, status in report["hooks"].items()
+        ),
+    ]
+    gpu = report["gpu"]
+    if gpu["available"]:
+        lines.append(
+            f"GPU: {gpu['name']} x{gpu['count']}, {gpu['memory_gib']} GiB "
+            f"({gpu['free_gib']} GiB free){' ROCm' if gpu['rocm'] else ''}"
+        )
+    else:
+        lines.append(f"GPU: none ({gpu['why']})")
+    host = report["host_memory"]
+    lines.append(
+        f"host memory: {host['total_gib']} GiB ({host['available_gib']} GiB available); "
+        f"huge pages {host['hugepages_free']}/{host['hugepages_total']} free of "
+        f"{host['hugepage_size_kib']} KiB; THP {host['transparent_hugepages']}; "
+        f"/dev/shm {host.get('dev_shm_gib', '?')} GiB"
+    )
+    lines += [f"advice: {note}" for note in report["advice"]] or ["advice: none"]
+    return "\n".join(lines)

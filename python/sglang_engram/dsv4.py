@@ -1,0 +1,136 @@
+"""DeepSeek-V4.1's Engram tables in the ``--engram-offload`` placement.
+
+Replaces upstream's ``EngramEmbedding`` (SGLang builds it inside ``Engram``) with a
+subclass whose rows live in a core-library table: ``hbm`` (device memory), ``dram``
+(pinned host memory read over UVA), ``ssd`` (files under ``--engram-ssd-dir``,
+converted from the checkpoint on first start, reused afterwards) or ``off`` (nothing
+loaded; ``engram_forward`` makes the layer the identity).
+
+TP sharding is upstream's: each rank holds the rows ``shard_range`` gives it, looks
+up every hash id, zero-fills the rows it does not own and upstream's all-reduce
+reassembles them (``_lookup``/``_dp_sharded_lookup`` call our ``_owned_rows``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+from sglang.srt.layers.engram import Engram, EngramEmbedding, shard_range
+from sglang.srt.runtime_context import get_parallel
+from torch import nn
+
+from engram.spec import FP8_BLOCK
+from engram.tables import EngramTable
+from sglang_engram import loading, placement
+from sglang_engram.config import EngramServerConfig, current_config
+
+logger = logging.getLogger(__name__)
+
+
+class PlacedEngramEmbedding(EngramEmbedding):
+    """One layer's (TP shard of the) Engram table in our placement."""
+
+    def __init__(
+        self, num_embeddings: int, dim: int, layer_id: int, column_bounds: tuple[int, ...]
+    ):
+        # NOTE: upstream's __init__ allocates the rows (device or its own host table);
+        # only nn.Module's runs here, and every attribute upstream's forward path
+        # reads is set below with its "no peer shards, no host table" value.
+        nn.Module.__init__(self)
+        parallel = get_parallel()
+        self.config: EngramServerConfig = current_config()
+        self.placement = self.config.offload
+        self.layer_id = layer_id
+        self.dim = dim
+        self.tp_size = parallel.tp_size
+        self.row_start, row_end = shard_range(
+            num_embeddings, column_bounds, parallel.tp_rank, self.tp_size
+        )
+        self.rows = row_end - self.row_start
+        self.shard = f".tp{parallel.tp_rank}of{self.tp_size}" if self.tp_size > 1 else ""
+        self.host_table = None
+        self.peer = None
+        self._sort_host_reads = False
+        self.staged_by_scheduler = False
+        self.table: EngramTable | None = None
+        if self.placement == "ssd":
+            # Streams this rank's rows from the checkpoint files (first start only).
+            self.table = placement.ssd_table(
+                self.config,
+                layer_id,
+                model_path=placement.serving_model_path(),
+                rows=(self.row_start, row_end),
+                head_dim=dim,
+                device=_serving_device(),
+                shard=self.shard,
+            )
+        loads_rows = self.placement in ("hbm", "dram")
+        if not loads_rows:
+            loading.skip_tables(layers={layer_id})
+        # hbm reads straight into device memory; dram stages on the host.
+        staging = _serving_device() if self.placement == "hbm" else torch.device("cpu")
+        rows = self.rows if loads_rows else 0
+        self.weight = nn.Parameter(
+            torch.empty(rows, dim, dtype=torch.float8_e4m3fn, device=staging),
+            requires_grad=False,
+        )
+        self.scale = nn.Parameter(
+            torch.empty(rows, dim // FP8_BLOCK, dtype=torch.float8_e8m0fnu, device=staging),
+            requires_grad=False,
+        )
+        self.weight.weight_loader = self._load_rows
+        self.scale.weight_loader = self._load_rows
+
+    @property
+    def is_off(self) -> bool:
+        return self.placement == "off"
+
+    def _load_rows(self, param: nn.Parameter, loaded_weight: torch.Tensor) -> None:
+        if param.shape[0] == 0:
+            return  # off or ssd: the table's rows are not read through the loader
+        param.data.copy_(loaded_weight[self.row_start : self.row_start + self.rows])
+
+    def finish_load(self, label: str) -> None:
+        if self.is_off or self.table is not None:
+            return
+        self.table = placement.build_table(
+            self.config,
+            self.layer_id,
+            self.weight.data,
+            self.scale.data,
+            head_dim=self.dim,
+            device=_serving_device(),
+        )
+        if self.placement == "dram":
+            # The table holds its own pinned copy.
+            self.weight.data = self.weight.data.new_empty(0, self.dim)
+            self.scale.data = self.scale.data.new_empty(0, self.dim // FP8_BLOCK)
+        logger.info("sglang-engram: %s table in %s: %s", label, self.placement, self.table.memory())
+
+    def _owned_rows(self, indices: torch.Tensor) -> torch.Tensor:
+        if self.rows == 0 or self.table is None:
+            return self.new_rows(indices).zero_()
+        local = indices - self.row_start
+        owned = (local >= 0) & (local < self.rows)
+        rows = self.table.lookup(local.masked_fill(~owned, 0))
+        return rows.masked_fill(~owned.unsqueeze(-1), 0)
+
+
+def engram_forward(
+    original: Callable[..., torch.Tensor],
+    self: Engram,
+    x: torch.Tensor,
+    *args: object,
+    **kwargs: object,
+) -> torch.Tensor:
+    """AROUND ``Engram.forward``: with Engram off the residual passes unchanged."""
+    if isinstance(self.embed, PlacedEngramEmbedding) and self.embed.is_off:
+        return x
+    return original(self, x, *args, **kwargs)
+
+
+def _serving_device() -> torch.device:
+    """The device SGLang builds the model on (its default-device context)."""
+    return torch.device(torch.get_default_device())

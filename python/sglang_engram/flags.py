@@ -1,0 +1,143 @@
+"""The ``--engram-*`` command-line flags, added to SGLang's own server parser.
+
+``add_cli_args_hook`` runs after ``ServerArgs.add_cli_args`` (so the flags show in
+``python -m sglang.launch_server --help``); ``from_cli_args_hook`` runs after
+``ServerArgs.from_cli_args`` and turns the parsed values into the
+:class:`EngramServerConfig` every scheduler process reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from sglang_engram.config import DEFAULT_OFFLOAD, EngramServerConfig
+
+logger = logging.getLogger(__name__)
+
+_PLACEMENT_HELP = {
+    "hbm": "device memory (TP-sharded)",
+    "dram": "pinned host memory read over UVA",
+    "ssd": "files under --engram-ssd-dir with a RAM cache",
+    "off": "no table; Engram layers leave the residual unchanged",
+}
+
+
+def placement_choices() -> list[str]:
+    """The placements the core library registers (engram.tables.PLACEMENTS)."""
+    from engram.tables import placement_names
+
+    return placement_names()
+
+
+def add_engram_args(parser: argparse.ArgumentParser) -> None:
+    """Add the Engram flags to ``parser`` (once; a second call is a no-op)."""
+    if any("--engram-offload" in a.option_strings for a in parser._actions):
+        return
+    choices = placement_choices()
+    group = parser.add_argument_group(
+        "Engram (sglang-engram plugin)",
+        "Where the Engram n-gram tables live. Applies to Engram models only; the same "
+        "flags serve prefill and decode workers of a disaggregated deployment.",
+    )
+    placements = "; ".join(f"{c}: {_PLACEMENT_HELP.get(c, c)}" for c in choices)
+    group.add_argument(
+        "--engram-offload",
+        choices=choices,
+        default=None,
+        help=f"Placement of the Engram tables (default {DEFAULT_OFFLOAD} for every "
+        f"role). {placements}.",
+    )
+    group.add_argument(
+        "--engram-ssd-dir",
+        default=None,
+        metavar="PATH",
+        help="Directory for the ssd placement's table files (required with "
+        "--engram-offload ssd); converted from the checkpoint on first start, "
+        "reused afterwards.",
+    )
+    group.add_argument(
+        "--engram-prefetch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Start each Engram lookup on a side stream as soon as the batch's token "
+        "ids are known, overlapping the layers before the Engram layer.",
+    )
+    group.add_argument(
+        "--engram-hot-cache-gb",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="GiB of device memory caching hot rows in front of a dram or ssd table (0 = none).",
+    )
+    group.add_argument(
+        "--engram-ram-cache-gb",
+        type=float,
+        default=4.0,
+        metavar="N",
+        help="GiB of host memory caching rows of the ssd placement.",
+    )
+
+
+def config_from_namespace(args: argparse.Namespace) -> EngramServerConfig:
+    """The config the parsed flags describe (defaults where a flag is absent)."""
+    offload = getattr(args, "engram_offload", None)
+    return EngramServerConfig(
+        offload=offload or DEFAULT_OFFLOAD,
+        ssd_dir=getattr(args, "engram_ssd_dir", None),
+        prefetch=bool(getattr(args, "engram_prefetch", True)),
+        hot_cache_gb=float(getattr(args, "engram_hot_cache_gb", 0.0) or 0.0),
+        ram_cache_gb=float(getattr(args, "engram_ram_cache_gb", 4.0) or 0.0),
+        role=str(getattr(args, "disaggregation_mode", None) or "null"),
+        offload_explicit=offload is not None,
+    )
+
+
+# ---- hooks (registered in hooks.py) -----------------------------------------------------
+
+
+def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
+    """AFTER ``ServerArgs.add_cli_args(parser)``."""
+    add_engram_args(parser)
+
+
+def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
+    """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
+    from sglang_engram.validation import EngramStartupError, check_startup
+
+    config = config_from_namespace(args)
+    try:
+        check_startup(config, model_path=getattr(args, "model_path", None))
+    except EngramStartupError as exc:
+        # NOTE: a one-line exit, before any process is spawned or weight loaded.
+        raise SystemExit(f"sglang-engram: error: {exc}") from None
+    config.export(server_args)
+    eager_tiny_model(server_args, config)
+    logger.info("%s", config.describe())
+
+
+def eager_tiny_model(server_args: Any, config: EngramServerConfig) -> None:
+    """Run the tiny Engram model without CUDA graphs unless the user chose otherwise.
+
+    NOTE: its lookups go through the core library's tables (host-side counters, the
+    ssd tier's file reads, the prefetch side stream), none of which a captured graph
+    would replay; upstream's DeepSeek-V4.1 keeps its own graph handling.
+    """
+    from sglang_engram.models import ARCHITECTURES
+    from sglang_engram.validation import read_model_config
+
+    hf_config = read_model_config(getattr(server_args, "model_path", None)) or {}
+    if not set(hf_config.get("architectures") or ()) & set(ARCHITECTURES):
+        return
+    if not config.enabled:
+        return
+    chosen = (
+        getattr(server_args, "cuda_graph_config", None),
+        getattr(server_args, "cuda_graph_backend_decode", None),
+        getattr(server_args, "cuda_graph_backend_prefill", None),
+    )
+    if any(value is not None for value in chosen) or server_args.disable_cuda_graph:
+        return
+    server_args.disable_cuda_graph = True
+    logger.info("sglang-engram: the tiny Engram model runs without CUDA graphs")

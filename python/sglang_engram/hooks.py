@@ -1,0 +1,100 @@
+"""Every place the plugin touches SGLang, as data.
+
+Each :class:`Hook` names an upstream module, an attribute path inside it, our
+function (as ``"module:name"``, imported only when the upstream module is) and how it
+is applied: one of SGLang's ``HookType`` names, or ``CALL`` for a registration that
+runs our function once with the upstream module. ``test_hook_targets`` resolves every
+target against the installed SGLang, so an upstream rename fails CI loudly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+CALL = "CALL"
+
+
+@dataclass(frozen=True)
+class Hook:
+    module: str
+    attr: str
+    ours: str
+    kind: str
+    why: str
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.attr}"
+
+    def resolve_target(self) -> Any:
+        """The upstream object (imports its module); raises if it does not exist."""
+        obj: Any = importlib.import_module(self.module)
+        for part in self.attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def resolve_ours(self) -> Any:
+        module, _, name = self.ours.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+HOOKS: tuple[Hook, ...] = (
+    Hook(
+        "sglang.srt.server_args",
+        "ServerArgs.add_cli_args",
+        "sglang_engram.flags:add_cli_args_hook",
+        "AFTER",
+        "add the --engram-* flags to the server parser",
+    ),
+    Hook(
+        "sglang.srt.server_args",
+        "ServerArgs.from_cli_args",
+        "sglang_engram.flags:from_cli_args_hook",
+        "AFTER",
+        "validate the flags and carry them to the scheduler processes",
+    ),
+    Hook(
+        "sglang.srt.utils.hf_transformers.config",
+        "get_config",
+        "sglang_engram.models.hf_config:register_config",
+        CALL,
+        "teach transformers' AutoConfig the engram_qwen3 model type",
+    ),
+    Hook(
+        "sglang.srt.models.registry",
+        "ModelRegistry.models",
+        "sglang_engram.models:register_architectures",
+        CALL,
+        "register the EngramQwen3ForCausalLM architecture",
+    ),
+    Hook(
+        "sglang.srt.model_loader.weight_utils",
+        "safetensors_weights_iterator",
+        "sglang_engram.loading:skip_engram_tables",
+        "AROUND",
+        "skip reading Engram table tensors that the placement does not load",
+    ),
+    Hook(
+        "sglang.srt.layers.engram",
+        "EngramEmbedding",
+        "sglang_engram.dsv4:PlacedEngramEmbedding",
+        "REPLACE",
+        "put DeepSeek-V4.1's Engram tables in the --engram-offload placement",
+    ),
+    Hook(
+        "sglang.srt.layers.engram",
+        "Engram.forward",
+        "sglang_engram.dsv4:engram_forward",
+        "AROUND",
+        "make DeepSeek-V4.1's Engram layers the identity when Engram is off",
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler",
+        "Scheduler.init_metrics_collector",
+        "sglang_engram.metrics:after_init_metrics_collector",
+        "AFTER",
+        "export the Engram counters on SGLang's Prometheus /metrics",
+    ),
+)

@@ -1,0 +1,82 @@
+"""``register()``: the ``sglang.srt.plugins`` entry point.
+
+SGLang's ``load_plugins()`` calls it early in every process. It is cheap (it imports
+no SGLang module), idempotent (a second call does nothing) and failure-tolerant:
+each hook is applied on its own, and a hook that cannot apply is logged with the
+reason and recorded for ``python -m sglang_engram doctor`` instead of raising.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from sglang_engram import deferred
+from sglang_engram.compat import version_problem
+from sglang_engram.hooks import CALL, HOOKS, Hook
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_NAME = "engram"
+DIST_NAME = "sglang-engram"
+
+# target -> "pending" | "applied" | "failed: <reason>"
+STATUS: dict[str, str] = {}
+_registered = False
+_lock = threading.Lock()
+
+
+def register() -> None:
+    """Arrange for every hook in :data:`HOOKS` to apply when its module is imported."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        _registered = True
+    problem = version_problem()
+    if problem:
+        logger.warning("sglang-engram: %s", problem)
+    for hook in HOOKS:
+        try:
+            STATUS[hook.target] = "pending"
+            deferred.when_imported(hook.module, lambda _m, h=hook: apply_hook(h))
+        except Exception as exc:  # noqa: BLE001 - never take SGLang down
+            _failed(hook, exc)
+
+
+def apply_hook(hook: Hook) -> bool:
+    """Apply one hook now (its module is imported); record and log the outcome."""
+    try:
+        hook.resolve_target()
+        ours = hook.resolve_ours()
+        if hook.kind == CALL:
+            ours()
+        else:
+            from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
+
+            HookRegistry.register(
+                hook.target,
+                ours,
+                HookType[hook.kind],
+                source=HookSource(plugin_name=PLUGIN_NAME, dist_name=DIST_NAME),
+            )
+            HookRegistry.apply_hooks()
+            if hook.target not in HookRegistry._patched:
+                raise RuntimeError("SGLang's HookRegistry did not apply it (see log above)")
+    except Exception as exc:  # noqa: BLE001 - logged and recorded, never raised
+        _failed(hook, exc)
+        return False
+    STATUS[hook.target] = "applied"
+    logger.debug("sglang-engram: applied %s hook on %s", hook.kind, hook.target)
+    return True
+
+
+def _failed(hook: Hook, exc: BaseException) -> None:
+    STATUS[hook.target] = f"failed: {type(exc).__name__}: {exc}"
+    logger.error(
+        "sglang-engram: could not hook %s (%s): %s: %s; that feature is unavailable",
+        hook.target,
+        hook.why,
+        type(exc).__name__,
+        exc,
+    )

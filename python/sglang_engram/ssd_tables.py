@@ -1,0 +1,103 @@
+"""The ssd placement's table directories under ``--engram-ssd-dir``.
+
+On first start each layer's table (or this rank's TP shard of it) is converted by
+streaming its rows from the checkpoint's safetensors files (never whole in memory);
+afterwards the converted directory is reused. A directory whose manifest names a
+different source (another checkpoint, or other rows) is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engram.errors import EngramConfigError, EngramTableError
+from engram.spec import EngramSpec
+
+MANIFEST = "manifest.json"
+
+
+class ShardRows:
+    """Rows ``[start, stop)`` of another row source (one TP rank's share)."""
+
+    def __init__(self, source: Any, start: int, stop: int):
+        self._source, self._start = source, start
+        self.num_rows, self.head_dim = stop - start, source.head_dim
+        self._stop = stop
+
+    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._source.read(self._start + start, self._start + stop)
+
+    def identity(self) -> dict[str, Any]:
+        return {**self._source.identity(), "shard": [self._start, self._stop]}
+
+
+def table_dir(ssd_dir: str | Path, layer_id: int, shard: str = "") -> Path:
+    return Path(ssd_dir) / f"layer{layer_id}{shard}"
+
+
+def checkpoint_source(model_path: str | Path, layer_id: int, rows: tuple[int, int] | None):
+    """The checkpoint's rows of one layer (a row range of them for a TP shard)."""
+    from engram.ssd.checkpoint import find_tables
+
+    tables = find_tables(Path(model_path))
+    if layer_id not in tables:
+        raise EngramTableError(f"checkpoint {model_path} has no Engram table for layer {layer_id}")
+    source = tables[layer_id]
+    if rows is not None and rows != (0, source.num_rows):
+        return ShardRows(source, *rows)
+    return source
+
+
+def check_same_source(path: Path, source: Any) -> None:
+    """Raise unless the table converted at ``path`` came from ``source``."""
+    from engram.ssd.manifest import TableManifest
+
+    manifest = TableManifest.load(path)
+    if manifest.source != source.identity():
+        raise EngramConfigError(
+            f"{path} holds an Engram table converted from a different checkpoint (its "
+            f"manifest names {_describe(manifest.source)}, this model has "
+            f"{_describe(source.identity())}); delete it or choose another --engram-ssd-dir"
+        )
+
+
+def ensure_converted(path: Path, source: Any) -> Path:
+    """Reuse the table at ``path`` if it is this source's, else convert it there."""
+    from engram.ssd.ensure import ensure_table
+
+    if (path / MANIFEST).exists():
+        check_same_source(path, source)
+        return path
+    ensure_table(path, source)
+    return path
+
+
+def existing_bytes(ssd_dir: Path, spec: EngramSpec, model_path: str | None) -> int:
+    """Bytes already converted for this model; raises for another checkpoint's tables."""
+    from engram.ssd.manifest import TableManifest
+
+    total = 0
+    for index, layer in enumerate(spec.layer_ids):
+        path = table_dir(ssd_dir, layer)
+        if not (path / MANIFEST).exists():
+            continue
+        manifest = TableManifest.load(path)
+        expected = (spec.num_embeddings[index], spec.head_dim)
+        if (manifest.num_rows, manifest.head_dim) != expected:
+            raise EngramConfigError(
+                f"{path} holds an Engram table of {manifest.num_rows:,} x {manifest.head_dim} "
+                f"but this model's layer {layer} has {expected[0]:,} x {expected[1]}: it is "
+                "from a different checkpoint; delete it or choose another --engram-ssd-dir"
+            )
+        if model_path and any(Path(model_path).glob("*.safetensors")):
+            check_same_source(path, checkpoint_source(model_path, layer, None))
+        total += manifest.data_bytes
+    return total
+
+
+def _describe(identity: dict[str, Any]) -> str:
+    keys = ("file", "weight", "rows", "sample_crc32")
+    return ", ".join(f"{k}={identity[k]}" for k in keys if k in identity) or str(identity)

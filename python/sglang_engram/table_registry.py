@@ -1,0 +1,59 @@
+"""The Engram tables this process serves from, for the metrics and the startup log."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from engram.tables import EngramTable
+
+logger = logging.getLogger(__name__)
+
+TIERS = ("hbm", "dram", "ssd")
+
+
+@dataclass(frozen=True)
+class ServedTable:
+    layer_id: int
+    table: EngramTable
+
+
+_tables: list[ServedTable] = []
+_lock = threading.Lock()
+
+
+def add(layer_id: int, table: EngramTable) -> None:
+    with _lock:
+        _tables.append(ServedTable(layer_id, table))
+
+
+def served() -> list[ServedTable]:
+    with _lock:
+        return list(_tables)
+
+
+def clear() -> None:
+    with _lock:
+        _tables.clear()
+
+
+def memory_by_tier() -> dict[str, int]:
+    """Bytes held per tier by every served table (tiers with nothing are 0)."""
+    totals = dict.fromkeys(TIERS, 0)
+    for entry in served():
+        for tier, n in entry.table.memory().items():
+            totals[tier] = totals.get(tier, 0) + n
+    return totals
+
+
+def log_placement(placement: str, role_name: str) -> str:
+    """The one startup line: placement and memory per tier."""
+    mem = memory_by_tier()
+    per_tier = ", ".join(f"{tier} {n / (1 << 30):.3f} GiB" for tier, n in mem.items())
+    line = (
+        f"sglang-engram: {len(served())} Engram tables on this {role_name}, placement "
+        f"{placement}: {per_tier}"
+    )
+    logger.info(line)
+    return line

@@ -1,0 +1,171 @@
+"""Startup checks of the Engram flags, run in the launcher before anything loads.
+
+Errors raise :class:`EngramStartupError` with one sentence naming the flag, the
+value and the fix; things that still allow serving log one warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from engram.errors import EngramConfigError
+from engram.spec import EngramSpec, has_engram
+from sglang_engram.config import EngramServerConfig
+
+logger = logging.getLogger(__name__)
+
+_GIB = 1 << 30
+
+OFF_ON_PREFILL_WARNING = (
+    "--engram-offload off on a prefill worker: the Engram tables are not loaded, so "
+    "every prompt is processed without the model's n-gram memory and the KV cache "
+    "handed to decode differs from what the trained model computes (lower quality "
+    "output). Use off on decode workers only, or hbm/dram/ssd here."
+)
+
+
+class EngramStartupError(EngramConfigError):
+    """The Engram flags cannot work with this model or machine."""
+
+
+def read_model_config(model_path: str | None) -> dict[str, Any] | None:
+    """``config.json`` of a local model directory, or ``None`` (hub ids, no path)."""
+    if not model_path:
+        return None
+    path = Path(model_path) / "config.json"
+    if not path.is_file():
+        return None
+    with path.open() as f:
+        return json.load(f)
+
+
+def check_startup(config: EngramServerConfig, *, model_path: str | None) -> None:
+    """Raise :class:`EngramStartupError` for unusable flags; log the warnings."""
+    _check_numbers(config)
+    hf_config = read_model_config(model_path)
+    if hf_config is not None and not has_engram(hf_config):
+        if config.offload_explicit or config.ssd_dir or config.hot_cache_gb:
+            logger.warning(
+                "--engram-* flags ignored: %s has no Engram layers (no engram_layer_ids "
+                "in its config.json); serving it normally",
+                model_path,
+            )
+        return
+    spec = _spec_or_none(hf_config)
+    if config.offload == "ssd":
+        check_ssd_dir(config.ssd_dir, spec, model_path)
+    elif config.ssd_dir:
+        logger.warning("--engram-ssd-dir is ignored with --engram-offload %s", config.offload)
+    if config.hot_cache_gb and config.offload not in ("dram", "ssd"):
+        logger.warning(
+            "--engram-hot-cache-gb is ignored with --engram-offload %s (it caches rows "
+            "of dram and ssd tables only)",
+            config.offload,
+        )
+    elif config.hot_cache_gb:
+        check_hot_cache_fits(config.hot_cache_gb, free_gpu_bytes())
+    if config.role == "prefill" and not config.enabled:
+        logger.warning(OFF_ON_PREFILL_WARNING)
+
+
+def _check_numbers(config: EngramServerConfig) -> None:
+    for flag, value in (
+        ("--engram-hot-cache-gb", config.hot_cache_gb),
+        ("--engram-ram-cache-gb", config.ram_cache_gb),
+    ):
+        if value < 0:
+            raise EngramStartupError(f"{flag} must be >= 0, got {value:g}")
+
+
+def _spec_or_none(hf_config: dict[str, Any] | None) -> EngramSpec | None:
+    if hf_config is None:
+        return None
+    try:
+        return EngramSpec.from_hf_config(hf_config)
+    except EngramConfigError as exc:
+        raise EngramStartupError(f"the model's Engram config is inconsistent: {exc}") from exc
+
+
+def check_ssd_dir(
+    ssd_dir: str | None, spec: EngramSpec | None, model_path: str | None = None
+) -> None:
+    """The ssd placement needs a writable directory with room for every table."""
+    if not ssd_dir:
+        raise EngramStartupError(
+            "--engram-offload ssd needs --engram-ssd-dir PATH (a directory on a local "
+            "SSD where the tables are converted on first start)"
+        )
+    path = Path(ssd_dir)
+    if path.exists() and not path.is_dir():
+        raise EngramStartupError(f"--engram-ssd-dir {ssd_dir} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".engram-write-test"):
+            pass
+    except OSError as exc:
+        raise EngramStartupError(
+            f"--engram-ssd-dir {ssd_dir} is not writable ({exc.strerror or exc}); "
+            "choose a directory this user can write"
+        ) from exc
+    if spec is None:
+        return
+    existing = ssd_existing_bytes(path, spec, model_path)
+    needed = spec.total_table_bytes - existing
+    free = shutil.disk_usage(path).free
+    if needed > free:
+        raise EngramStartupError(
+            f"--engram-ssd-dir {ssd_dir} has {free / _GIB:.2f} GiB free but the Engram "
+            f"tables need {needed / _GIB:.2f} GiB more ({spec.total_table_bytes:,} bytes "
+            "in all); free space or choose a larger disk"
+        )
+
+
+def ssd_existing_bytes(path: Path, spec: EngramSpec, model_path: str | None) -> int:
+    """Bytes of tables already converted into ``path`` for this checkpoint; raises when
+    the directory holds tables of a different checkpoint."""
+    from sglang_engram.ssd_tables import existing_bytes
+
+    try:
+        return existing_bytes(path, spec, model_path)
+    except (EngramConfigError, ValueError) as exc:
+        raise EngramStartupError(str(exc)) from exc
+
+
+def free_gpu_bytes() -> int | None:
+    """Free memory of this machine's first visible GPU via NVML (no CUDA context)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML: no NVIDIA GPU or driver here
+        return None
+    try:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+        handle = (
+            pynvml.nvmlDeviceGetHandleByIndex(int(visible))
+            if visible.isdigit()
+            else pynvml.nvmlDeviceGetHandleByUUID(visible)
+        )
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def check_hot_cache_fits(hot_cache_gb: float, free_bytes: int | None) -> None:
+    """The hot-row cache must fit in the GPU's free memory (unknown: checked later)."""
+    if free_bytes is None:
+        return
+    if hot_cache_gb * _GIB > free_bytes:
+        raise EngramStartupError(
+            f"--engram-hot-cache-gb {hot_cache_gb:g} is larger than the GPU's free memory "
+            f"({free_bytes / _GIB:.2f} GiB); the cache shares the GPU with the weights "
+            "and the KV cache, so choose a fraction of that"
+        )

@@ -1,0 +1,44 @@
+"""The planned command lines parse with the real parsers: SGLang 0.5.23's server flags plus
+the plugin's --engram-* flags, and sglang-router's launcher in PD mode."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from sglang_engram.cluster.placement import Node
+from sglang_engram.cluster.plan import build_plan
+from sglang_engram.cluster.spec_loader import load_spec
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pd-cluster.yaml"
+pytestmark = pytest.mark.slow  # imports SGLang (~20 s)
+
+
+def test_worker_and_router_commands_parse_with_the_real_parsers(tmp_path):
+    from sglang.srt.server_args import ServerArgs
+    from sglang_engram.flags import add_engram_args
+    from sglang_router.launch_router import parse_router_args
+
+    spec = load_spec(EXAMPLE)
+    plan = build_plan(spec, [Node("10.1.2.3", 2)], router_host="10.1.2.3", log_dir=str(tmp_path))
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    add_engram_args(parser)
+    prefill, decode = plan.workers
+    p = parser.parse_args(list(prefill.argv[3:]))
+    d = parser.parse_args(list(decode.argv[3:]))
+    assert (p.disaggregation_mode, d.disaggregation_mode) == ("prefill", "decode")
+    assert p.disaggregation_transfer_backend == d.disaggregation_transfer_backend == "mooncake"
+    assert p.disaggregation_bootstrap_port == prefill.bootstrap_port
+    assert (p.port, d.port) == (prefill.port, decode.port)
+    assert (p.engram_offload, d.engram_offload) == ("hbm", "off")
+    assert p.enable_metrics and d.enable_metrics
+    assert p.model_path == spec.model and p.tp_size == 1 and p.mem_fraction_static == 0.8
+
+    router = parse_router_args(list(plan.router.argv[3:]))
+    assert router.pd_disaggregation
+    assert router.prefill_urls == [(prefill.url, prefill.bootstrap_port)]
+    assert router.decode_urls == [decode.url]
+    assert (router.port, router.policy) == (8000, "cache_aware")
+    assert router.prometheus_port == 29000

@@ -1,0 +1,184 @@
+"""The cluster spec: the example loads; every kind of mistake gets a message naming it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from sglang_engram.cluster.spec import ENGRAM_OFFLOADS, ClusterSpecError
+from sglang_engram.cluster.spec_loader import load_spec, parse_spec
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pd-cluster.yaml"
+
+VALID = {
+    "name": "t",
+    "model": "/models/tiny",
+    "transfer_backend": "mooncake",
+    "workers": [
+        {"role": "prefill", "engram_offload": "hbm"},
+        {"role": "decode", "engram_offload": "off"},
+    ],
+}
+
+
+def _spec(**changes: object) -> dict:
+    data = copy.deepcopy(VALID)
+    data.update(changes)
+    return data
+
+
+def _group(index: int, **changes: object) -> dict:
+    data = copy.deepcopy(VALID)
+    data["workers"][index].update(changes)
+    return data
+
+
+def _error(data: dict) -> str:
+    with pytest.raises(ClusterSpecError) as info:
+        parse_spec(data)
+    return str(info.value)
+
+
+def test_example_spec_is_the_issue_deployment():
+    spec = load_spec(EXAMPLE)
+    assert spec.name == "pd-cluster"
+    assert spec.transfer_backend in ("mooncake", "nixl")
+    (prefill,) = [g for g in spec.groups if g.role == "prefill"]
+    (decode,) = [g for g in spec.groups if g.role == "decode"]
+    assert (prefill.count, prefill.engram_offload) == (1, "hbm")
+    assert (decode.count, decode.engram_offload) == (1, "off")
+    assert spec.warnings == ()
+    # The commented variant is the same decode group with the tables in DRAM.
+    text = EXAMPLE.read_text()
+    assert "#   engram_offload: dram" in text
+
+
+def test_yaml_bare_off_means_off(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "model: /m\ntransfer_backend: nixl\nworkers:\n"
+        "  - {role: prefill}\n  - {role: decode, engram_offload: off}\n"
+    )
+    spec = load_spec(path)
+    assert spec.name == "s"
+    assert [g.engram_offload for g in spec.groups] == ["dram", "off"]
+    assert spec.groups[1].engram_flags == ["--engram-offload", "off"]
+
+
+def test_unknown_keys_are_named_with_a_suggestion():
+    msg = _error(_spec(transfer_backnd="nixl"))
+    assert "unknown key 'transfer_backnd'" in msg and "did you mean 'transfer_backend'" in msg
+    msg = _error(_group(1, engram_offlod="dram"))
+    assert msg.startswith("workers[1] (decode): unknown key 'engram_offlod'")
+    assert "did you mean 'engram_offload'" in msg
+    msg = _error(_spec(router={"port": 8000, "polcy": "random"}))
+    assert "router: unknown key 'polcy'" in msg
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"tp_size": 2, "gpus_per_worker": 1}, "gpus_per_worker 1 is less than tp_size 2"),
+        ({"tp_size": 2, "gpus_per_worker": 3}, "gpus_per_worker 3 is not a multiple of tp_size 2"),
+        ({"tp_size": 2, "gpus_per_worker": 0.5}, "shares a GPU, which only works with tp_size 1"),
+        ({"gpus_per_worker": 1.5}, "gpus_per_worker 1.5 must be a whole number"),
+        ({"gpus_per_worker": 0}, "gpus_per_worker must be positive"),
+        ({"count": 0}, "count must be at least 1"),
+        ({"tp_size": 0}, "tp_size must be at least 1"),
+    ],
+)
+def test_impossible_gpu_counts(changes, expected):
+    msg = _error(_group(0, **changes))
+    assert msg.startswith("workers[0] (prefill): ")
+    assert expected in msg
+
+
+def test_gpus_default_to_tp_size_and_may_be_shared():
+    spec = parse_spec(_group(0, tp_size=4))
+    assert spec.groups[0].gpus_per_worker == 4
+    spec = parse_spec(_group(1, gpus_per_worker=0.5))
+    assert spec.groups[1].gpus_per_worker == 0.5
+
+
+def test_off_on_prefill_warns_and_on_decode_does_not():
+    spec = parse_spec(_group(0, engram_offload="off"))
+    (warning,) = spec.warnings
+    assert "workers[0] (prefill): engram_offload off on a prefill worker" in warning
+    assert parse_spec(VALID).warnings == ()
+
+
+def test_engram_options_checked_against_the_placement():
+    assert "engram_offload ssd needs engram_ssd_dir" in _error(_group(0, engram_offload="ssd"))
+    assert "engram_offload 'nvme' is not one of hbm, dram, ssd, off" in _error(
+        _group(0, engram_offload="nvme")
+    )
+    assert "engram_hot_cache_gb must be zero or more" in _error(_group(1, engram_hot_cache_gb=-1))
+    spec = parse_spec(_group(0, engram_offload="hbm", engram_hot_cache_gb=2))
+    assert "engram_offload hbm ignores engram_hot_cache_gb (only dram or ssd)" in spec.warnings[0]
+    group = parse_spec(
+        _group(
+            0,
+            engram_offload="ssd",
+            engram_ssd_dir="/nvme/t",
+            engram_ram_cache_gb=8,
+            engram_prefetch=False,
+            engram_hot_cache_gb=1.5,
+        )
+    ).groups[0]
+    assert group.engram_flags == [
+        "--engram-offload", "ssd", "--engram-ssd-dir", "/nvme/t", "--no-engram-prefetch",
+        "--engram-hot-cache-gb", "1.5", "--engram-ram-cache-gb", "8",
+    ]  # fmt: skip
+
+
+def test_roles_backend_and_required_keys():
+    assert "role must be prefill or decode, not 'mixed'" in _error(_group(0, role="mixed"))
+    assert "no decode worker group" in _error(
+        _spec(workers=[{"role": "prefill"}, {"role": "prefill", "name": "p2"}])
+    )
+    assert "two worker groups are named 'prefill'" in _error(
+        _spec(workers=[{"role": "prefill"}, {"role": "prefill"}, {"role": "decode"}])
+    )
+    assert "transfer_backend 'tcp' is not one of mooncake, nixl, fake" in _error(
+        _spec(transfer_backend="tcp")
+    )
+    data = _spec()
+    del data["model"]
+    assert "missing required key 'model'" in _error(data)
+    assert "'count' must be a whole number, not True" in _error(_group(0, count=True))
+    fake = parse_spec(_spec(transfer_backend="fake"))
+    assert any("fake moves no KV cache" in w for w in fake.warnings)
+
+
+def test_extra_args_may_not_set_launcher_flags():
+    msg = _error(_group(1, extra_args=["--port=4000"]))
+    assert "extra_args sets --port, which the launcher sets from the spec" in msg
+    msg = _error(_spec(router={"extra_args": ["--decode", "http://x:1"]}))
+    assert msg.startswith("router: extra_args sets --decode")
+    spec = parse_spec(_group(0, extra_args=["--mem-fraction-static", 0.5]))
+    assert spec.groups[0].extra_args == ("--mem-fraction-static", "0.5")
+
+
+def test_overlapping_ports_are_refused():
+    msg = _error(_spec(base_port=8000, router={"port": 8001}))
+    assert "worker ports 8000-8001 overlap router port 8001" in msg
+    msg = _error(_spec(bootstrap_base_port=30001))
+    assert "worker ports 30000-30001 overlap bootstrap ports 30001" in msg
+    assert "fall outside 1-65535" in _error(_spec(base_port=65535))
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(ClusterSpecError, match="cannot read spec"):
+        load_spec(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workers: [\n")
+    with pytest.raises(ClusterSpecError, match="is not valid YAML"):
+        load_spec(bad)
+
+
+def test_offload_choices_match_the_plugin_placements():
+    from engram.tables import placement_names
+
+    # Every placement the plugin's --engram-offload accepts can be named in a spec.
+    assert set(placement_names()) <= set(ENGRAM_OFFLOADS)

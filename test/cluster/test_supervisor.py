@@ -1,0 +1,132 @@
+"""ProcessSupervisor on real processes: health, bounded restarts, whole-tree stop.
+Also the /metrics parser that `status` uses for the Engram gauges."""
+
+from __future__ import annotations
+
+import random
+import socket
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from sglang_engram.cluster.metrics import parse_engram_gauges, summarize
+from sglang_engram.cluster.supervisor import ProcessSpec, ProcessSupervisor, RestartPolicy
+
+# Serves /health, and forks a grandchild that sleeps (like SGLang's scheduler processes).
+SERVER = """
+import http.server, subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _until(cond, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_restarts_with_backoff_then_gives_up(tmp_path):
+    code = random.randint(3, 100)
+    policy = RestartPolicy(max_restarts=2, backoff_s=0.3, max_backoff_s=0.5)
+    spec = ProcessSpec(
+        name="crasher",
+        argv=(sys.executable, "-c", f"import sys; print('up'); sys.exit({code})"),
+        log_path=str(tmp_path / "crasher.log"),
+        health_url="http://127.0.0.1:1/health",
+        restart=policy,
+    )
+    sup = ProcessSupervisor(spec)
+    start = time.monotonic()
+    sup.start()
+    _until(lambda: sup.state == "failed")
+    snap = sup.snapshot()
+    assert snap["restarts"] == 2 and snap["exit_codes"] == [code] * 3
+    assert time.monotonic() - start >= 0.3 + 0.5  # both backoffs were waited out
+    log = Path(spec.log_path).read_text()
+    assert log.count("\nup\n") + log.startswith("up\n") == 3
+    assert "gave up after 2 restarts" in log
+    assert [policy.delay(n) for n in (1, 2, 3)] == [0.3, 0.5, 0.5]
+    sup.stop()
+    assert sup.state == "failed"
+
+
+def test_health_restart_and_stop_of_the_whole_tree(tmp_path):
+    port = _free_port()
+    spec = ProcessSpec(
+        name="server",
+        argv=(sys.executable, "-c", SERVER, str(port)),
+        log_path=str(tmp_path / "logs" / "server.log"),
+        health_url=f"http://127.0.0.1:{port}/health",
+        restart=RestartPolicy(max_restarts=1, backoff_s=0.2),
+        stop_grace_s=5,
+    )
+    sup = ProcessSupervisor(spec)
+    sup.start()
+    _until(lambda: sup.state == "running")
+    first = psutil.Process(sup.snapshot()["pid"])
+    _until(lambda: len(first.children()) == 1)
+    (orphan,) = first.children()
+    first.kill()  # the server dies; its child is left behind in the same session ...
+    _until(lambda: sup.snapshot()["restarts"] == 1 and sup.state == "running")
+    _until(lambda: not _alive(orphan))  # ... and is stopped before the restart
+    pid = sup.snapshot()["pid"]
+    assert pid != first.pid
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    assert len(tree) == 2
+    stopped = sup.stop()
+    assert sorted(stopped) == sorted(p.pid for p in tree)
+    assert sup.state == "stopped"
+    assert not any(_alive(p) for p in tree)
+    assert "restart 1 in 0.2s" in Path(spec.log_path).read_text()
+
+
+def test_engram_gauges_are_parsed_and_the_rest_ignored():
+    dram = random.randint(1, 1 << 40)
+    ratio = random.random()
+    text = f"""# HELP sglang:engram_table_bytes Engram table bytes held
+# TYPE sglang:engram_table_bytes gauge
+sglang:engram_table_bytes{{tier="dram"}} {float(dram)}
+sglang:engram_table_bytes{{tier="hbm"}} 0.0
+# TYPE sglang:engram_hot_cache_hit_ratio gauge
+sglang:engram_hot_cache_hit_ratio {ratio}
+# TYPE sglang:engram_rows_requested counter
+sglang:engram_rows_requested_total{{layer="1"}} 123.0
+sglang:engram_rows_requested_created{{layer="1"}} 1.7e9
+# TYPE sglang:engram_lookup_seconds histogram
+sglang:engram_lookup_seconds_bucket{{le="0.1"}} 4.0
+sglang:engram_lookup_seconds_count 4.0
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{{model_name="m"}} 3.0
+"""
+    gauges = parse_engram_gauges(text)
+    assert gauges == [
+        {"name": "sglang:engram_table_bytes", "labels": {"tier": "dram"}, "value": float(dram)},
+        {"name": "sglang:engram_table_bytes", "labels": {"tier": "hbm"}, "value": 0.0},
+        {"name": "sglang:engram_hot_cache_hit_ratio", "labels": {}, "value": ratio},
+    ]
+    line = summarize(gauges)
+    assert line.startswith("table_bytes{tier=dram}=") and f"hot_cache_hit_ratio={ratio:g}" in line
+    assert summarize(parse_engram_gauges('sglang:engram_table_bytes{tier="hbm"} 3221225472\n')) == (
+        "table_bytes{tier=hbm}=3.0GiB"
+    )
+    assert parse_engram_gauges("") == [] and summarize([]) == "no engram metrics"

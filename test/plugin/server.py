@@ -1,0 +1,103 @@
+"""Start and stop a real SGLang server (GPU tests and the serving benchmark)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_tiny_model(out: Path) -> Path:
+    """The core library's tiny Engram model (``python -m engram.model build``)."""
+    if not (out / "config.json").exists():
+        subprocess.run(
+            [sys.executable, "-m", "engram.model", "build", "--out", str(out)],
+            check=True,
+            timeout=600,
+        )
+    return out
+
+
+@contextlib.contextmanager
+def sglang_server(model: Path, *args: str, log: Path, timeout_s: float = 600) -> Iterator[str]:
+    """``python -m sglang.launch_server`` on a free port; yields its base URL."""
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--enable-metrics",
+        *args,
+    ]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=os.environ.copy()
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited ({proc.returncode}): {log.read_text()[-3000:]}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server not ready after {timeout_s}s: {log}")
+            time.sleep(2)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def generate(url: str, prompts: list[str], max_new_tokens: int = 32) -> list[str]:
+    body = {
+        "text": prompts,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens},
+    }
+    req = urllib.request.Request(
+        f"{url}/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return [item["text"] for item in json.loads(r.read())]
+
+
+def metrics(url: str) -> dict[str, float]:
+    """``sglang:engram_*`` samples of /metrics, summed over labels."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("sglang:engram_"):
+            name = line.split("{")[0].split(" ")[0]
+            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out

@@ -1,0 +1,156 @@
+"""DeepSeek-V4.1's Engram layers with our placements, built on the CPU.
+
+Upstream's ``Engram`` and ``EngramEmbedding`` build on the CPU inside a published
+single-rank runtime context; the original ``EngramEmbedding`` (the base of ours) is
+the oracle for the rows every placement returns.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import safetensors.torch
+import torch
+from sglang_engram import loading
+from sglang_engram.config import ENV_VAR, EngramServerConfig
+
+from test.plugin.tiny import engram_fields, random_table
+
+HIDDEN = 64
+
+
+@pytest.fixture
+def layout(cpu_context):
+    from sglang.srt.layers.engram import EngramLayout
+
+    fields = engram_fields(layer_ids=(1, 14), n=3, heads=4, head_dim=64)
+    return EngramLayout.from_config(SimpleNamespace(**fields))
+
+
+@pytest.fixture
+def placed(monkeypatch, cpu_context, layout):
+    """Build (ours, upstream) embeddings of one layer in ``offload``, same rows loaded."""
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    upstream_cls = PlacedEngramEmbedding.__mro__[1]
+    made = []
+
+    def build(offload: str, index: int = 0):
+        monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+        args = (
+            layout.num_embeddings[index],
+            layout.head_dim,
+            layout.layer_ids[index],
+            layout.column_bounds(index),
+        )
+        ours, ref = PlacedEngramEmbedding(*args), upstream_cls(*args)
+        weight, scale = random_table(layout.num_embeddings[index], layout.head_dim)
+        weight, scale = weight.view(torch.float8_e4m3fn), scale.view(torch.float8_e8m0fnu)
+        for module in (ours, ref):
+            module.weight.weight_loader(module.weight, weight)
+            module.scale.weight_loader(module.scale, scale)
+            module.finish_load(f"layer {layout.layer_ids[index]}")
+        made.append(ours)
+        return ours, ref
+
+    yield build
+    loading.reset_skips()
+
+
+def _hash_ids(layout, index, tokens):
+    bounds = layout.column_bounds(index)
+    cols = [
+        torch.randint(lo, hi, (tokens,)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    return torch.stack(cols, dim=1)
+
+
+@pytest.mark.parametrize("offload", ["hbm", "dram"])
+def test_placed_rows_equal_upstream_rows(placed, layout, offload):
+    index = random.randrange(2)
+    ours, ref = placed(offload, index)
+    assert ours.table is not None and ours.table.placement == offload
+    ids = _hash_ids(layout, index, random.randint(1, 40))
+    assert torch.equal(ours(ids), ref(ids))
+
+
+def test_dram_frees_the_staging_rows(placed):
+    ours, _ = placed("dram")
+    assert ours.weight.numel() == 0 and ours.table.memory()["dram"] > 0
+
+
+def test_off_holds_no_rows_and_skips_the_tensors(placed, layout):
+    ours, _ = placed("off", 1)
+    assert ours.table is None and ours.weight.numel() == 0 and ours.scale.numel() == 0
+    layer, other = layout.layer_ids[1], layout.layer_ids[0]
+    assert loading.is_skipped(f"layers.{layer}.engram.embed.weight")
+    assert loading.is_skipped(f"model.layers.{layer}.engram.embed.scale")
+    assert not loading.is_skipped(f"layers.{other}.engram.embed.weight")
+    assert not loading.is_skipped(f"layers.{layer}.engram.wkv.weight")
+
+
+def _engram(layout, monkeypatch, offload, embedding_cls=None):
+    import sglang.srt.layers.engram as upstream
+
+    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+    if embedding_cls is not None:
+        monkeypatch.setattr(upstream, "EngramEmbedding", embedding_cls)
+    config = SimpleNamespace(rms_norm_eps=1e-6, hidden_size=HIDDEN, hc_mult=2)
+    # SGLang builds models under the checkpoint's default dtype (bf16 here).
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        module = upstream.Engram(config, layout.layer_ids[0], layout)
+    finally:
+        torch.set_default_dtype(default)
+    monkeypatch.undo()
+    return module
+
+
+def test_engram_layer_matches_upstream_and_off_is_identity(placed, layout, monkeypatch):
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    ours = _engram(layout, monkeypatch, "hbm")
+    ref = _engram(layout, monkeypatch, "hbm", PlacedEngramEmbedding.__mro__[1])
+    assert isinstance(ours.embed, PlacedEngramEmbedding)
+    assert type(ref.embed) is PlacedEngramEmbedding.__mro__[1]
+    weight, scale = random_table(layout.num_embeddings[0], layout.head_dim)
+    for module in (ours, ref):
+        module.embed.weight.weight_loader(module.embed.weight, weight.view(torch.float8_e4m3fn))
+        module.embed.scale.weight_loader(module.embed.scale, scale.view(torch.float8_e8m0fnu))
+        module.embed.finish_load("layer")
+    ref.wkv.weight.data.copy_(torch.randn_like(ref.wkv.weight) * 0.05)
+    for name in ("wkv.weight", "q_weight", "k_weight"):
+        dict(ours.named_parameters())[name].data.copy_(dict(ref.named_parameters())[name])
+    tokens = random.randint(1, 16)
+    x = torch.randn(tokens, 2, HIDDEN, dtype=torch.bfloat16)
+    ids = _hash_ids(layout, 0, tokens)
+    want = ref(x, ids, input_ids=torch.zeros(tokens, dtype=torch.long))
+    assert not torch.equal(want, x)
+    assert torch.equal(ours(x, ids, input_ids=torch.zeros(tokens, dtype=torch.long)), want)
+
+    off = _engram(layout, monkeypatch, "off")
+    assert off(x, ids, input_ids=torch.zeros(tokens, dtype=torch.long)) is x
+
+
+def test_loader_never_reads_skipped_tables(sglang_with_plugin, tmp_path):
+    from sglang.srt.model_loader import weight_utils
+
+    tensors = {
+        "layers.1.engram.embed.weight": torch.randint(0, 255, (64, 32), dtype=torch.uint8),
+        "layers.1.engram.embed.scale": torch.randint(100, 130, (64, 1), dtype=torch.uint8),
+        "layers.1.engram.wkv.weight": torch.randn(8, 4),
+        "embed.weight": torch.randn(16, 4),
+    }
+    path = tmp_path / "model.safetensors"
+    safetensors.torch.save_file(tensors, str(path))
+    try:
+        loading.skip_tables(layers={1})
+        got = dict(weight_utils.safetensors_weights_iterator([str(path)]))
+    finally:
+        loading.reset_skips()
+    assert set(got) == {"layers.1.engram.wkv.weight", "embed.weight"}
+    assert all(torch.equal(got[k], tensors[k]) for k in got)
+    assert set(dict(weight_utils.safetensors_weights_iterator([str(path)]))) == set(tensors)

@@ -1,0 +1,117 @@
+"""The --engram-* flags through SGLang's own parser, and the config they carry."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+from sglang_engram.config import ENV_VAR, EngramServerConfig, config_of
+
+from test.plugin.tiny import tiny_config, write_model_dir
+
+FLAGS = (
+    "--engram-offload",
+    "--engram-ssd-dir",
+    "--engram-prefetch",
+    "--no-engram-prefetch",
+    "--engram-hot-cache-gb",
+    "--engram-ram-cache-gb",
+)
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    return str(write_model_dir(tmp_path / "tiny", tiny_config()))
+
+
+@pytest.fixture
+def parse(sglang_with_plugin, monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    from sglang.srt.server_args import prepare_server_args
+
+    return prepare_server_args
+
+
+def test_launch_server_help_lists_the_flags():
+    out = subprocess.run(
+        [sys.executable, "-m", "sglang.launch_server", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    for flag in FLAGS:
+        assert flag in out.stdout
+    assert "Engram (sglang-engram plugin)" in out.stdout
+
+
+def test_placement_choices_come_from_the_core_registry(sglang_with_plugin):
+    from sglang_engram.flags import placement_choices
+
+    from engram.tables import placement_names
+
+    assert placement_choices() == placement_names()
+    assert {"hbm", "dram", "ssd", "off"} <= set(placement_choices())
+
+
+def test_defaults_reach_the_server_config(parse, model_dir):
+    args = parse(["--model-path", model_dir])
+    config = config_of(args)
+    assert config == EngramServerConfig(offload="dram", role="null")
+    assert config.prefetch and config.hot_cache_gb == 0 and not config.offload_explicit
+
+
+def test_parsed_values_reach_the_server_config(parse, model_dir):
+    hot = round(0.01 + 0.5 * os.urandom(1)[0] / 255, 3)
+    args = parse(
+        [
+            "--model-path",
+            model_dir,
+            "--engram-offload",
+            "hbm",
+            "--no-engram-prefetch",
+            "--engram-hot-cache-gb",
+            str(hot),
+            "--disaggregation-mode",
+            "decode",
+        ]
+    )
+    config = config_of(args)
+    assert (config.offload, config.prefetch, config.role) == ("hbm", False, "decode")
+    assert config.hot_cache_gb == hot and config.offload_explicit
+    assert "decode worker: hbm" in config.describe()
+
+
+def test_config_survives_the_trip_to_a_scheduler_process(parse, model_dir):
+    args = parse(
+        ["--model-path", model_dir, "--engram-offload", "off", "--disaggregation-mode", "decode"]
+    )
+    # SGLang spawns schedulers with the record pickled; the environment is inherited.
+    copy = pickle.loads(pickle.dumps(args))
+    assert config_of(copy) == config_of(args)
+    assert EngramServerConfig.from_json(os.environ[ENV_VAR]) == config_of(args)
+
+
+def test_tiny_model_runs_eagerly_unless_graphs_are_chosen(parse, model_dir):
+    assert parse(["--model-path", model_dir]).disable_cuda_graph is True
+    chosen = parse(["--model-path", model_dir, "--cuda-graph-backend-decode", "full"])
+    assert chosen.disable_cuda_graph is False
+
+
+def test_unknown_placement_lists_the_choices(parse, model_dir, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse(["--model-path", model_dir, "--engram-offload", "nvme"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--engram-offload: invalid choice: 'nvme'" in err
+    for name in ("hbm", "dram", "off"):
+        assert name in err
+
+
+def test_bad_flags_stop_the_launch_with_one_line(parse, model_dir):
+    with pytest.raises(SystemExit) as exc:
+        parse(["--model-path", model_dir, "--engram-hot-cache-gb", "-1"])
+    assert str(exc.value) == "sglang-engram: error: --engram-hot-cache-gb must be >= 0, got -1"

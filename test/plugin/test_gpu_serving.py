@@ -1,0 +1,106 @@
+"""Serving the tiny Engram model through SGLang on a GPU (skipped without one)."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+
+import pytest
+
+from test.plugin.server import build_tiny_model, generate, metrics, sglang_server
+
+pytestmark = pytest.mark.gpu
+
+WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hum".split()
+
+
+def _prompts(n: int = 6) -> list[str]:
+    return [" ".join(random.choices(WORDS, k=random.randint(4, 40))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny-engram")
+
+
+def test_every_placement_serves_and_off_differs(tiny, tmp_path):
+    prompts = _prompts()
+    outputs = {}
+    for placement in ("hbm", "dram", "ssd", "off"):
+        extra = ["--engram-ssd-dir", str(tmp_path / "ssd")] if placement == "ssd" else []
+        with sglang_server(
+            tiny, "--engram-offload", placement, *extra, log=tmp_path / f"{placement}.log"
+        ) as url:
+            before = metrics(url)
+            outputs[placement] = generate(url, prompts)
+            after = metrics(url)
+        if placement != "off":
+            rows = "sglang:engram_rows_requested_total"
+            assert after.get(rows, 0) > before.get(rows, 0), placement
+            assert after.get("sglang:engram_lookup_seconds_count", 0) > 0
+            log = (tmp_path / f"{placement}.log").read_text()
+            assert f"placement {placement}" in log
+    assert outputs["hbm"] == outputs["dram"] == outputs["ssd"]
+    assert outputs["off"] != outputs["hbm"]
+
+
+def test_ssd_tables_are_reused_on_the_second_start(tiny, tmp_path):
+    ssd = tmp_path / "ssd"
+    args = ("--engram-offload", "ssd", "--engram-ssd-dir", str(ssd))
+    prompts = _prompts(2)
+    with sglang_server(tiny, *args, log=tmp_path / "first.log") as url:
+        first = generate(url, prompts)
+    stamp = {p: p.stat().st_mtime_ns for p in ssd.rglob("rows.bin")}
+    assert stamp
+    with sglang_server(tiny, *args, log=tmp_path / "second.log") as url:
+        assert generate(url, prompts) == first
+    assert {p: p.stat().st_mtime_ns for p in ssd.rglob("rows.bin")} == stamp
+
+
+def _transfer_backend() -> str | None:
+    for backend, module in (("mooncake", "mooncake"), ("nixl", "nixl")):
+        if importlib.util.find_spec(module) is not None:
+            return backend
+    return None
+
+
+@pytest.mark.parametrize("decode_offload", ["dram", "off"])
+def test_prefill_and_decode_servers_match_a_single_server(tiny, tmp_path, decode_offload):
+    backend = _transfer_backend()
+    if backend is None:
+        pytest.skip("no KV transfer backend (mooncake or nixl) installed")
+    from test.plugin.server import free_port
+
+    prompts = _prompts(4)
+    with sglang_server(tiny, log=tmp_path / "single.log") as url:
+        single = generate(url, prompts)
+    common = ["--disaggregation-transfer-backend", backend, "--mem-fraction-static", "0.3"]
+    bootstrap = str(free_port())
+    with (
+        sglang_server(
+            tiny,
+            "--disaggregation-mode",
+            "prefill",
+            *common,
+            "--disaggregation-bootstrap-port",
+            bootstrap,
+            log=tmp_path / "prefill.log",
+        ) as prefill,
+        sglang_server(
+            tiny,
+            "--disaggregation-mode",
+            "decode",
+            *common,
+            "--engram-offload",
+            decode_offload,
+            log=tmp_path / "decode.log",
+        ) as decode,
+    ):
+        from test.plugin.pd import generate_pd
+
+        split = generate_pd(prefill, decode, int(bootstrap), prompts)
+    if decode_offload == "dram":
+        assert split == single
+    else:
+        # Decode without Engram changes every token after the first.
+        assert [s[:1] for s in split] == [s[:1] for s in single]

@@ -1,0 +1,116 @@
+"""The plugin is found through its entry point and every hook target exists upstream."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import logging
+import subprocess
+import sys
+
+import pytest
+from sglang_engram import compat
+from sglang_engram.hooks import CALL, HOOKS
+
+
+def test_entry_point_is_discovered():
+    eps = importlib.metadata.entry_points(group="sglang.srt.plugins")
+    ours = [ep for ep in eps if ep.value == "sglang_engram.plugin:register"]
+    assert len(ours) == 1
+    from sglang_engram.plugin import register
+
+    assert ours[0].load() is register
+
+
+def test_pinned_version_is_installed():
+    assert compat.installed_sglang_version() == compat.PINNED_SGLANG_VERSION
+    assert compat.version_problem() is None
+
+
+@pytest.mark.parametrize("hook", HOOKS, ids=lambda h: h.target)
+def test_every_hook_target_exists_upstream(hook):
+    # Fails loudly when SGLang renames or moves something we hook.
+    target = hook.resolve_target()
+    ours = hook.resolve_ours()
+    if hook.kind == "REPLACE":
+        # Once applied, the module attribute is ours; the upstream class is its base.
+        upstream = [c for c in ours.__mro__ if c.__module__ == hook.module]
+        assert inspect.isclass(target) and upstream and upstream[0].__name__ == hook.attr
+    elif hook.kind != CALL:
+        assert callable(target) and callable(ours)
+
+
+def test_load_plugins_applies_every_hook(sglang_with_plugin):
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    plugin = sglang_with_plugin
+    for hook in HOOKS:
+        hook.resolve_target()  # importing the module is what applies a deferred hook
+        assert plugin.STATUS[hook.target] == "applied", plugin.STATUS[hook.target]
+        if hook.kind != CALL:
+            assert hook.target in HookRegistry._patched
+
+
+def test_register_is_idempotent(sglang_with_plugin):
+    from sglang.srt.server_args import ServerArgs
+
+    before = ServerArgs.add_cli_args
+    sglang_with_plugin.register()
+    sglang_with_plugin.register()
+    assert ServerArgs.add_cli_args is before
+
+
+def test_a_hook_that_cannot_apply_is_logged_not_raised(sglang_with_plugin, caplog):
+    from sglang_engram.hooks import Hook
+
+    broken = Hook(
+        "sglang.srt.server_args",
+        "ServerArgs.no_such_method",
+        "sglang_engram.flags:add_cli_args_hook",
+        "AFTER",
+        "test",
+    )
+    with caplog.at_level(logging.ERROR):
+        assert sglang_with_plugin.apply_hook(broken) is False
+    assert sglang_with_plugin.STATUS[broken.target].startswith("failed: AttributeError")
+    assert "could not hook sglang.srt.server_args.ServerArgs.no_such_method" in caplog.text
+
+
+def test_tiny_architecture_is_registered(sglang_with_plugin):
+    from sglang.srt.models.registry import ModelRegistry
+    from sglang_engram.models.engram_qwen3 import EngramQwen3ForCausalLM
+
+    cls, arch = ModelRegistry.resolve_model_cls(["EngramQwen3ForCausalLM"])
+    assert cls is EngramQwen3ForCausalLM and arch == "EngramQwen3ForCausalLM"
+    assert "EngramQwen3ForCausalLM" in ModelRegistry.get_supported_archs()
+
+
+def test_tiny_config_parses_through_sglang(sglang_with_plugin, tmp_path):
+    from sglang.srt.utils.hf_transformers.config import get_config
+
+    from test.plugin.tiny import tiny_config, write_model_dir
+
+    cfg = tiny_config()
+    config = get_config(str(write_model_dir(tmp_path, cfg)), trust_remote_code=False)
+    assert config.model_type == "engram_qwen3"
+    assert list(config.engram_layer_ids) == cfg["engram_layer_ids"]
+    assert list(config.engram_num_embeddings) == cfg["engram_num_embeddings"]
+
+
+def test_doctor_reports_version_and_hooks():
+    out = subprocess.run(
+        [sys.executable, "-m", "sglang_engram", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    report = json.loads(out.stdout)
+    assert report["sglang"] == {"installed": "0.5.23", "pinned": "0.5.23"}
+    assert report["entry_point"] == "engram = sglang_engram.plugin:register"
+    assert set(report["hooks"]) == {h.target for h in HOOKS}
+    assert set(report["hooks"].values()) == {"applied"}
+    assert {"hugepages_total", "transparent_hugepages"} <= set(report["host_memory"])
+    assert "available" in report["gpu"]

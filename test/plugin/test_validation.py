@@ -1,0 +1,113 @@
+"""Bad --engram-* input: one clear message at startup, before anything loads."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+from sglang_engram.config import EngramServerConfig
+from sglang_engram.validation import (
+    OFF_ON_PREFILL_WARNING,
+    EngramStartupError,
+    check_hot_cache_fits,
+    check_startup,
+)
+
+from engram.spec import EngramSpec
+from test.plugin.tiny import engram_fields, tiny_config, write_model_dir
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    return str(write_model_dir(tmp_path / "tiny", tiny_config()))
+
+
+def test_ssd_without_a_directory(model_dir):
+    with pytest.raises(EngramStartupError, match="--engram-offload ssd needs --engram-ssd-dir"):
+        check_startup(EngramServerConfig(offload="ssd"), model_path=model_dir)
+
+
+def test_ssd_directory_that_is_a_file(model_dir, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(EngramStartupError, match="exists and is not a directory"):
+        check_startup(EngramServerConfig(offload="ssd", ssd_dir=str(blocker)), model_path=model_dir)
+
+
+def test_ssd_directory_that_cannot_be_written(model_dir, tmp_path):
+    # Below a regular file nothing can be created, whoever runs the test (root too).
+    target = tmp_path / "a-file" / "tables"
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(EngramStartupError, match=r"tables is not writable \("):
+        check_startup(EngramServerConfig(offload="ssd", ssd_dir=str(target)), model_path=model_dir)
+
+
+def test_ssd_directory_too_small_says_how_much_is_needed(tmp_path):
+    free = shutil.disk_usage(tmp_path).free
+    # One layer, 2 orders x 4 heads of primes above `start`: about 8 * start rows.
+    head_dim = 256
+    start = free // (8 * (head_dim + head_dim // 32)) + 1_000_000
+    model = write_model_dir(
+        tmp_path / "big", tiny_config(layer_ids=(1,), head_dim=head_dim, vocab_start=start)
+    )
+    spec = EngramSpec.from_hf_config(
+        engram_fields(layer_ids=(1,), head_dim=head_dim, vocab_start=start)
+    )
+    assert spec.total_table_bytes > free
+    config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "ssd"))
+    with pytest.raises(EngramStartupError) as exc:
+        check_startup(config, model_path=str(model))
+    needed = f"need {spec.total_table_bytes / (1 << 30):.2f} GiB more"
+    assert needed in str(exc.value) and "GiB free" in str(exc.value)
+
+
+def test_ssd_directory_with_room_passes(model_dir, tmp_path):
+    check_startup(
+        EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "ssd")), model_path=model_dir
+    )
+    assert (tmp_path / "ssd").is_dir()
+
+
+def test_offload_on_a_model_without_engram_warns_once(tmp_path, caplog):
+    plain = tiny_config()
+    for key in [k for k in plain if k.startswith("engram_")]:
+        del plain[key]
+    model = write_model_dir(tmp_path / "plain", plain)
+    config = EngramServerConfig(offload="ssd", offload_explicit=True)  # ssd dir not needed
+    with caplog.at_level(logging.WARNING):
+        check_startup(config, model_path=str(model))
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "has no Engram layers" in warnings[0].getMessage()
+    assert "serving it normally" in warnings[0].getMessage()
+
+
+def test_off_on_a_prefill_worker_says_what_is_lost(model_dir, caplog):
+    with caplog.at_level(logging.WARNING):
+        check_startup(EngramServerConfig(offload="off", role="prefill"), model_path=model_dir)
+    assert OFF_ON_PREFILL_WARNING in caplog.text
+    assert "without the model's n-gram memory" in OFF_ON_PREFILL_WARNING
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        check_startup(EngramServerConfig(offload="off", role="decode"), model_path=model_dir)
+    assert caplog.text == ""
+
+
+def test_hot_cache_larger_than_free_gpu_memory():
+    # The free-memory figure stands in for the NVML query of a GPU machine.
+    free = (3 << 30) + 12345
+    with pytest.raises(EngramStartupError) as exc:
+        check_hot_cache_fits(5.5, free)
+    assert str(exc.value).startswith(
+        "--engram-hot-cache-gb 5.5 is larger than the GPU's free memory (3.00 GiB)"
+    )
+    check_hot_cache_fits(2.5, free)
+
+
+def test_inconsistent_engram_config_is_named(tmp_path):
+    cfg = tiny_config()
+    cfg["engram_num_embeddings"][0] += 1
+    model = write_model_dir(tmp_path / "bad", cfg)
+    with pytest.raises(EngramStartupError, match="primes sum to"):
+        check_startup(EngramServerConfig(), model_path=str(model))
