@@ -1,0 +1,102 @@
+"""One Engram layer of the tiny model, on SGLang layers and a core-library table.
+
+Runs at the start of its decoder layer on the residual ``x [T, hidden]`` (hc_mult 1):
+the layer's rows are looked up by hash id, projected by ``wkv`` into one key per
+residual stream plus a shared value, and added through the V4.1 gate (SGLang's
+``engram_gate``, fused on CUDA).
+"""
+
+from __future__ import annotations
+
+import torch
+from sglang.srt.layers.engram import engram_gate
+from sglang.srt.layers.linear import ReplicatedLinear
+from sglang.srt.utils import add_prefix
+from torch import nn
+
+from engram.spec import EngramSpec
+from engram.tables import EngramTable
+from sglang_engram import placement
+from sglang_engram.config import EngramServerConfig
+
+# NOTE: the gate's |d| floor before the square root (reference §1.7).
+GATE_FLOOR = 1e-6
+
+
+class EngramBlock(nn.Module):
+    def __init__(
+        self,
+        spec: EngramSpec,
+        layer_id: int,
+        hidden_size: int,
+        hc_mult: int,
+        config: EngramServerConfig,
+        prefix: str = "",
+    ):
+        super().__init__()
+        self.layer_id = layer_id
+        self.hash_index = spec.layer_ids.index(layer_id)
+        self.num_rows = spec.num_embeddings[self.hash_index]
+        self.head_dim = spec.head_dim
+        self.eps = spec.rms_norm_eps
+        self.hc_mult = hc_mult
+        self.config = config
+        self.wkv = ReplicatedLinear(
+            spec.n_cols * spec.head_dim,
+            (hc_mult + 1) * hidden_size,
+            bias=False,
+            prefix=add_prefix("wkv", prefix),
+        )
+        self.q_weight = nn.Parameter(torch.empty(hc_mult, hidden_size), requires_grad=False)
+        self.k_weight = nn.Parameter(torch.empty(hc_mult, hidden_size), requires_grad=False)
+        self.table: EngramTable | None = None
+        self._staged: dict[str, torch.Tensor] = {}
+
+    # ---- loading -------------------------------------------------------------------
+
+    def open_ssd(self, model_path: str) -> None:
+        """ssd: convert the table from the checkpoint files (first start) or reopen it."""
+        self.table = placement.ssd_table(
+            self.config,
+            self.layer_id,
+            model_path=model_path,
+            rows=(0, self.num_rows),
+            head_dim=self.head_dim,
+            device=self.wkv.weight.device,
+        )
+
+    def load_table_tensor(self, kind: str, tensor: torch.Tensor) -> None:
+        """hbm/dram: take ``embed.weight`` or ``embed.scale``; build once both arrived."""
+        self._staged[kind] = tensor
+        if len(self._staged) < 2:
+            return
+        weight, scale = self._staged.pop("weight"), self._staged.pop("scale")
+        self.table = placement.build_table(
+            self.config,
+            self.layer_id,
+            weight,
+            scale,
+            head_dim=self.head_dim,
+            device=self.wkv.weight.device,
+        )
+
+    # ---- forward ---------------------------------------------------------------------
+
+    def start_reads(self, hash_ids: torch.Tensor) -> None:
+        """ssd: start reading this batch's rows from the files in the background."""
+        prefetch = getattr(self.table, "prefetch", None)
+        if prefetch is not None:
+            prefetch(hash_ids)
+
+    def lookup(self, hash_ids: torch.Tensor) -> torch.Tensor:
+        """bf16 rows ``[T, n_cols, head_dim]`` of this layer's hash ids ``[T, n_cols]``."""
+        assert self.table is not None, f"Engram layer {self.layer_id}: table never loaded"
+        return self.table.lookup(hash_ids)
+
+    def forward(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 0:
+            return x
+        kv, _ = self.wkv(rows.flatten(1).to(x.dtype))
+        streams = x.view(x.shape[0], self.hc_mult, -1)
+        out = engram_gate(streams, kv, self.q_weight, self.k_weight, self.eps, GATE_FLOOR)
+        return out.view_as(x)
