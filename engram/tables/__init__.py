@@ -15,12 +15,15 @@ from engram.errors import EngramTableError
 from engram.tables.base import EngramTable, TableCounters, check_table_arrays
 from engram.tables.dram import DramTable
 from engram.tables.hbm import HbmTable
+from engram.tables.hot_cache import with_hot_cache
 from engram.tables.off import OffTable
 from engram.tables.ssd import create_ssd_table
 
 TableFactory = Callable[..., EngramTable]
 
 PLACEMENTS: dict[str, TableFactory] = {}
+# NOTE: an HBM cache in front of an hbm table would only duplicate it.
+HOT_CACHE_PLACEMENTS = ("dram", "ssd")
 
 
 def register_placement(name: str, factory: TableFactory) -> None:
@@ -40,6 +43,7 @@ def create_table(
     path: str | Path | None = None,
     head_dim: int | None = None,
     num_rows: int | None = None,
+    hot_cache_bytes: int = 0,
     **options: object,
 ) -> EngramTable:
     """Build one layer's table in ``placement``.
@@ -62,20 +66,27 @@ def create_table(
         if weight is None or scale is None:
             raise EngramTableError("give both weight and scale, or neither")
         check_table_arrays(weight, scale, head_dim)
-    return factory(weight, scale, device=device, path=path, head_dim=head_dim, **options)
+    table = factory(weight, scale, device=device, path=path, head_dim=head_dim, **options)
+    if hot_cache_bytes and placement in HOT_CACHE_PLACEMENTS:
+        table = with_hot_cache(table, hot_cache_bytes)
+    return table
 
 
-def _hbm(weight, scale, *, device, path=None, head_dim=None, **_):  # type: ignore[no-untyped-def]
-    _need_rows("hbm", weight)
+def _hbm(weight, scale, *, device, path=None, head_dim=None, **options):  # type: ignore[no-untyped-def]
+    _need_rows("hbm", weight, options)
     return HbmTable(weight, scale, device=device)
 
 
-def _dram(weight, scale, *, device, path=None, head_dim=None, **_):  # type: ignore[no-untyped-def]
-    _need_rows("dram", weight)
+def _dram(weight, scale, *, device, path=None, head_dim=None, **options):  # type: ignore[no-untyped-def]
+    _need_rows("dram", weight, options)
     return DramTable(weight, scale, device=device)
 
 
-def _need_rows(placement: str, weight: torch.Tensor | None) -> None:
+def _need_rows(placement: str, weight: torch.Tensor | None, options: dict[str, object]) -> None:
+    if options:
+        raise EngramTableError(
+            f"unknown option(s) for the {placement!r} placement: {sorted(options)}"
+        )
     if weight is None:
         raise EngramTableError(f"the {placement!r} placement needs the table's weight and scale")
 

@@ -6,6 +6,7 @@ the kernels are tested against and the path every CPU table uses.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from engram.fp8 import dequantize_rows
@@ -18,6 +19,8 @@ def gather_dequant_torch(
     ids = ids.to(torch.int64)
     if not dedup:
         return dequantize_rows(weight[ids], scale[ids]), ids.numel()
-    unique, inverse = torch.unique(ids, return_inverse=True)
+    # NOTE: numpy's unique is ~7x faster than torch.unique(return_inverse=True) on CPU.
+    unique_np, inverse_np = np.unique(ids.numpy(), return_inverse=True)
+    unique, inverse = torch.from_numpy(unique_np), torch.from_numpy(inverse_np)
     rows = dequantize_rows(weight[unique], scale[unique])
     return rows[inverse], unique.numel()

@@ -30,7 +30,6 @@ from engram.ssd.row_cache import RowCache
 from engram.ssd.sources import TensorRows
 from engram.ssd.staging import StagingBuffers
 from engram.tables.base import EngramTable
-from engram.tables.hot_cache import with_hot_cache
 
 DEFAULT_PREFETCH_BYTES = 1 << 30
 
@@ -268,7 +267,6 @@ def create_ssd_table(
     head_dim: int | None = None,
     num_rows: int | None = None,
     layer: int | None = None,
-    hot_cache_bytes: int = 0,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     **options: Any,
 ) -> EngramTable:
@@ -283,4 +281,4 @@ def create_ssd_table(
     source = TensorRows(weight, scale) if weight is not None and scale is not None else None
     ensure_table(directory, source, chunk_bytes=chunk_bytes)
     table = SsdTable(directory, device=device, head_dim=head_dim, num_rows=num_rows, **options)
-    return with_hot_cache(table, hot_cache_bytes)
+    return table

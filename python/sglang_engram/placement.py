@@ -19,10 +19,13 @@ logger = logging.getLogger(__name__)
 
 
 def table_options(config: EngramServerConfig) -> dict[str, object]:
-    """Options of the ssd factory (its RAM cache, and the HBM hot cache in front)."""
-    options: dict[str, object] = {"ram_cache_bytes": config.ram_cache_bytes}
-    if config.hot_cache_bytes:
+    """Table options of the placement: the HBM hot cache in front of dram/ssd, and the
+    ssd tier's RAM cache."""
+    options: dict[str, object] = {}
+    if config.offload in ("dram", "ssd"):
         options["hot_cache_bytes"] = config.hot_cache_bytes
+    if config.offload == "ssd":
+        options["ram_cache_bytes"] = config.ram_cache_bytes
     return options
 
 

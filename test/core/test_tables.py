@@ -89,3 +89,12 @@ def test_bad_table_arrays_are_named() -> None:
         create_table("dram", weight, torch.ones(8, 3, dtype=torch.uint8))
     with pytest.raises(EngramTableError, match="needs the table's weight and scale"):
         create_table("hbm", None, None)
+
+
+def test_unknown_table_options_are_named() -> None:
+    weight, scale = random_table(rows=8)
+    with pytest.raises(
+        EngramTableError,
+        match=r"unknown option\(s\) for the 'dram' placement: \['ram_cache_bytes'\]",
+    ):
+        create_table("dram", weight, scale, ram_cache_bytes=1 << 20)

@@ -75,7 +75,10 @@ def test_hot_cache_in_front_of_dram_and_ssd(tmp_path: Path) -> None:
     dram = create_table("dram", weight, scale)
     ssd = create_table("ssd", weight, scale, path=tmp_path / "t", hot_cache_bytes=1 << 20)
     assert isinstance(ssd, HotRowCache) and ssd.placement == "ssd"
-    hot_dram = HotRowCache(create_table("dram", weight, scale), 1 << 20)
+    hot_dram = create_table("dram", weight, scale, hot_cache_bytes=1 << 20)
+    assert isinstance(hot_dram, HotRowCache) and hot_dram.placement == "dram"
+    # an HBM cache in front of an hbm table would only duplicate it
+    assert not isinstance(create_table("hbm", weight, scale, hot_cache_bytes=1 << 20), HotRowCache)
     ids = _distinct(300)
     for table in (ssd, hot_dram):
         assert torch.equal(table.lookup(ids.view(3, 100)), dram.lookup(ids.view(3, 100)))
