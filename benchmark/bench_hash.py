@@ -20,16 +20,8 @@ from collections.abc import Callable
 import torch
 
 from engram import EngramSpec, NgramHasher
+from engram.presets import DSV41_FLASH
 
-DSV41 = {
-    "engram_layer_ids": [1, 14],
-    "engram_num_embeddings": [384_006_168, 384_016_682],
-    "engram_max_ngram_size": 4,
-    "engram_vocab_size": 16_000_000,
-    "engram_n_heads": 8,
-    "engram_head_dim": 256,
-    "engram_compressed_vocab_size": 99_092,
-}
 VOCAB = 129_280
 
 
@@ -58,7 +50,7 @@ def main() -> None:
         warnings.simplefilter("ignore")
         from sglang.srt.layers.engram import compute_engram_hash_ids
 
-    spec = EngramSpec.from_hf_config(DSV41)
+    spec = EngramSpec.from_hf_config(DSV41_FLASH)
     token_map = torch.randint(0, 99_092, (VOCAB,))
     token_map[:99_092] = torch.randperm(99_092)
     hasher = NgramHasher(spec, token_map)

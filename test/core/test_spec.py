@@ -9,18 +9,10 @@ import pytest
 import torch
 
 from engram import EngramConfigError, EngramSpec
+from engram.presets import DSV41_FLASH
 from test.core.upstream import upstream_engram
 
-DSV41 = {
-    "engram_layer_ids": [1, 14],
-    "engram_num_embeddings": [384_006_168, 384_016_682],
-    "engram_max_ngram_size": 4,
-    "engram_vocab_size": 16_000_000,
-    "engram_n_heads": 8,
-    "engram_head_dim": 256,
-    "engram_pad_token_id": 2,
-    "engram_compressed_vocab_size": 99_092,
-}
+DSV41 = dict(DSV41_FLASH)
 
 
 def random_config(rng: random.Random) -> dict:
