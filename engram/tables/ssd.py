@@ -87,7 +87,11 @@ class SsdTable(EngramTable):
 
     def _fetch(self, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int | None]:
         self._guard.check()
-        flat = ids.reshape(-1).to("cpu", torch.int64).numpy()
+        flat_ids = ids.reshape(-1).to("cpu", torch.int64)
+        # NOTE: base.lookup skips the range check for ids on a GPU; here they reach the
+        # host anyway, and a bad id would become a bad file offset.
+        self._check_ids(flat_ids)
+        flat = flat_ids.numpy()
         self._cache_hits = 0
         exact = self._exact_prefetch(flat)
         if exact is not None:

@@ -55,6 +55,9 @@ class PlacedEngramEmbedding(EngramEmbedding):
         self._sort_host_reads = False
         self.staged_by_scheduler = False
         self.table: EngramTable | None = None
+        # NOTE: recorded now: __init__ runs inside SGLang's device context, but
+        # finish_load runs from load_weights, outside it (where the default is the CPU).
+        self.device = _serving_device()
         if self.placement == "ssd":
             # Streams this rank's rows from the checkpoint files (first start only).
             self.table = placement.ssd_table(
@@ -63,14 +66,14 @@ class PlacedEngramEmbedding(EngramEmbedding):
                 model_path=placement.serving_model_path(),
                 rows=(self.row_start, row_end),
                 head_dim=dim,
-                device=_serving_device(),
+                device=self.device,
                 shard=self.shard,
             )
         loads_rows = self.placement in ("hbm", "dram")
         if not loads_rows:
             loading.skip_tables(layers={layer_id})
         # hbm reads straight into device memory; dram stages on the host.
-        staging = _serving_device() if self.placement == "hbm" else torch.device("cpu")
+        staging = self.device if self.placement == "hbm" else torch.device("cpu")
         rows = self.rows if loads_rows else 0
         self.weight = nn.Parameter(
             torch.empty(rows, dim, dtype=torch.float8_e4m3fn, device=staging),
@@ -101,7 +104,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
             self.weight.data,
             self.scale.data,
             head_dim=self.dim,
-            device=_serving_device(),
+            device=self.device,
         )
         if self.placement == "dram":
             # The table holds its own pinned copy.

@@ -92,6 +92,13 @@ HOOKS: tuple[Hook, ...] = (
     ),
     Hook(
         "sglang.srt.managers.scheduler",
+        "Scheduler._add_request_to_queue",
+        "sglang_engram.admission:after_add_request_to_queue",
+        "AFTER",
+        "start reading an admitted request's Engram rows from SSD before its prefill",
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler",
         "Scheduler.init_metrics_collector",
         "sglang_engram.metrics:after_init_metrics_collector",
         "AFTER",

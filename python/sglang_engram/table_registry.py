@@ -6,6 +6,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from engram.hashing import NgramHasher
 from engram.tables import EngramTable
 
 logger = logging.getLogger(__name__)
@@ -20,6 +21,7 @@ class ServedTable:
 
 
 _tables: list[ServedTable] = []
+_hasher: list[NgramHasher] = []
 _lock = threading.Lock()
 
 
@@ -36,6 +38,18 @@ def served() -> list[ServedTable]:
 def clear() -> None:
     with _lock:
         _tables.clear()
+        _hasher.clear()
+
+
+def set_hasher(hasher: NgramHasher) -> None:
+    """The hasher of the served model (for reading rows ahead at admission)."""
+    with _lock:
+        _hasher[:] = [hasher]
+
+
+def hasher() -> NgramHasher | None:
+    with _lock:
+        return _hasher[0] if _hasher else None
 
 
 def memory_by_tier() -> dict[str, int]:

@@ -77,6 +77,10 @@ def register_host_table(
     """Map the host memory of ``weight`` [rows, D] and ``scale`` [rows, D/32] (separate
     tensors or column ranges of one packed tensor) for ``device``."""
     device = torch.device(device)
+    if device.index is None:
+        # NOTE: ids moved with .to("cuda") land on "cuda:N"; an index-less device
+        # would then fail the gather's same-device check.
+        device = torch.device(device.type, torch.cuda.current_device())
     for name, t in (("weight", weight), ("scale", scale)):
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
             raise EngramTableError(f"host table {name} must be a CPU tensor")

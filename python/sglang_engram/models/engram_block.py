@@ -82,12 +82,6 @@ class EngramBlock(nn.Module):
 
     # ---- forward ---------------------------------------------------------------------
 
-    def start_reads(self, hash_ids: torch.Tensor) -> None:
-        """ssd: start reading this batch's rows from the files in the background."""
-        prefetch = getattr(self.table, "prefetch", None)
-        if prefetch is not None:
-            prefetch(hash_ids)
-
     def lookup(self, hash_ids: torch.Tensor) -> torch.Tensor:
         """bf16 rows ``[T, n_cols, head_dim]`` of this layer's hash ids ``[T, n_cols]``."""
         assert self.table is not None, f"Engram layer {self.layer_id}: table never loaded"

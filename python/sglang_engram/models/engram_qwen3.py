@@ -109,6 +109,9 @@ class EngramQwen3Model(nn.Module):
         self.engram_hasher = (
             SlotHasher.for_tokenizer(self.spec, load_serving_tokenizer()) if self.blocks else None
         )
+        if self.engram_hasher is not None:
+            # the scheduler hashes admitted prompts with it to read SSD rows ahead
+            table_registry.set_hasher(self.engram_hasher.reference)
         self.prefetcher = LookupPrefetcher(
             engram.prefetch, torch.device(torch.get_default_device())
         )
@@ -127,9 +130,6 @@ class EngramQwen3Model(nn.Module):
         pending = {}
         if self.engram_hasher is not None:
             hash_ids = self.engram_hasher(input_ids, forward_batch)
-            if self.prefetcher.enabled:
-                for block in self.blocks:
-                    block.start_reads(hash_ids[:, block.hash_index])
             lookups = [(lambda b=b: b.lookup(hash_ids[:, b.hash_index])) for b in self.blocks]
             started = self.prefetcher.start(lookups)
             pending = {b.layer_id: p for b, p in zip(self.blocks, started, strict=True)}

@@ -33,6 +33,7 @@ class SlotHasher(EngramHasher):
         # every attribute upstream's forward reads is set below.
         nn.Module.__init__(self)
         reference = NgramHasher(spec, token_map, image_token_id=image_token_id)
+        self.reference = reference
         self.spec = spec
         self.max_ngram_size = spec.max_ngram_size
         self.pad_id = reference.pad_compressed
