@@ -45,11 +45,15 @@ class RowCache:
         return hit.numpy()
 
     def put(self, ids: np.ndarray, rows: torch.Tensor) -> None:
-        """Insert rows of distinct ``ids`` that were not in the cache."""
+        """Insert rows of distinct ``ids`` that are not in the cache."""
         with self._lock:
-            slots = self.index.admit(torch.from_numpy(ids))
+            ids_t = torch.from_numpy(ids)
+            # NOTE: the prefetch thread and a lookup may both have read the same row;
+            # admitting it twice would give one set two ways with the same tag.
+            new = self.index.probe(ids_t) < 0
+            slots = self.index.admit(ids_t[new])
             kept = slots >= 0
-            self.rows[slots[kept]] = rows[kept]
+            self.rows[slots[kept]] = rows[new][kept]
 
     def stats(self) -> dict[str, float]:
         return {

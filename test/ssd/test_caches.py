@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engram.ssd.set_assoc import MISS, SetAssociativeIndex
@@ -93,3 +94,17 @@ def test_hot_cache_in_front_of_dram_and_ssd(tmp_path: Path) -> None:
     assert ssd.inner.counters.unique_rows == 330
     assert ssd.counters.bytes_read["ssd"] == 330 * ROW_BYTES
     ssd.close()
+
+
+def test_putting_cached_rows_again_keeps_one_copy() -> None:
+    from engram.ssd.row_cache import RowCache
+
+    cache = RowCache(1024 * 8, 8, ways=8)
+    ids = np.unique(np.random.default_rng().integers(0, 1000, 40))
+    rows = torch.randint(1, 255, (ids.size, 8), dtype=torch.uint8)
+    cache.put(ids, rows)
+    cache.put(ids, rows)  # a second reader of the same rows
+    tags = cache.index._tags[cache.index._tags >= 0]
+    assert tags.numel() == torch.unique(tags).numel() == ids.size
+    out = torch.zeros_like(rows)
+    assert cache.take(ids, out).all() and torch.equal(out, rows)
