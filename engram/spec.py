@@ -37,6 +37,11 @@ def _field(cfg: Any, name: str, default: Any = None) -> Any:
     return getattr(cfg, name, default)
 
 
+def valid_row_width(head_dim: int) -> bool:
+    """Rows are whole FP8 blocks: a positive multiple of ``FP8_BLOCK`` values."""
+    return head_dim >= FP8_BLOCK and head_dim % FP8_BLOCK == 0
+
+
 def has_engram(cfg: Any) -> bool:
     """True when ``cfg`` declares at least one Engram layer."""
     return bool(_field(cfg, "engram_layer_ids") or ())
@@ -98,7 +103,7 @@ class EngramSpec:
             )
         if self.n_heads < 1:
             raise EngramConfigError(f"engram_n_heads must be >= 1, got {self.n_heads}")
-        if self.head_dim < FP8_BLOCK or self.head_dim % FP8_BLOCK:
+        if not valid_row_width(self.head_dim):
             raise EngramConfigError(
                 f"engram_head_dim must be a positive multiple of {FP8_BLOCK}, got {self.head_dim}"
             )

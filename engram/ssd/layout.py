@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engram.errors import EngramTableError
-from engram.spec import FP8_BLOCK
+from engram.spec import FP8_BLOCK, valid_row_width
 
 PAGE_BYTES = 4096
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -40,7 +40,7 @@ class TableLayout:
     def __post_init__(self) -> None:
         if self.num_rows < 1:
             raise EngramTableError(f"an SSD table needs at least one row, got {self.num_rows}")
-        if self.head_dim < FP8_BLOCK or self.head_dim % FP8_BLOCK:
+        if not valid_row_width(self.head_dim):
             raise EngramTableError(
                 f"table rows must be a positive multiple of {FP8_BLOCK} wide, got {self.head_dim}"
             )
