@@ -118,7 +118,8 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
 
 
 def eager_tiny_model(server_args: Any, config: EngramServerConfig) -> None:
-    """Run the tiny Engram model without CUDA graphs unless the user chose otherwise.
+    """Run the tiny Engram model without CUDA graphs unless the user chose graph options
+    (refused with ``ssd``, whose file reads a graph cannot replay).
 
     NOTE: its lookups go through the core library's tables (host-side counters, the
     ssd tier's file reads, the prefetch side stream), none of which a captured graph
@@ -137,7 +138,16 @@ def eager_tiny_model(server_args: Any, config: EngramServerConfig) -> None:
         getattr(server_args, "cuda_graph_backend_decode", None),
         getattr(server_args, "cuda_graph_backend_prefill", None),
     )
-    if any(value is not None for value in chosen) or server_args.disable_cuda_graph:
+    if server_args.disable_cuda_graph:
+        return
+    if any(value is not None for value in chosen):
+        if config.offload == "ssd":
+            # NOTE: a graph replay would skip the file reads and serve stale rows.
+            raise SystemExit(
+                "sglang-engram: error: the tiny Engram model with --engram-offload ssd reads "
+                "table files during the forward pass, which CUDA graphs cannot capture; drop "
+                "the --cuda-graph-* options or pass --disable-cuda-graph"
+            )
         return
     server_args.disable_cuda_graph = True
     logger.info("sglang-engram: the tiny Engram model runs without CUDA graphs")

@@ -101,6 +101,13 @@ def test_tiny_model_runs_eagerly_unless_graphs_are_chosen(parse, model_dir):
     assert chosen.disable_cuda_graph is False
 
 
+def test_graphs_with_ssd_tables_are_refused(parse, model_dir, tmp_path):
+    argv = ["--model-path", model_dir, "--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path)]
+    with pytest.raises(SystemExit, match="CUDA graphs cannot capture"):
+        parse([*argv, "--cuda-graph-backend-decode", "full"])
+    assert parse(argv).disable_cuda_graph is True
+
+
 def test_unknown_placement_lists_the_choices(parse, model_dir, capsys):
     with pytest.raises(SystemExit) as exc:
         parse(["--model-path", model_dir, "--engram-offload", "nvme"])
