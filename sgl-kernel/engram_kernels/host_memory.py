@@ -77,7 +77,7 @@ def register_host_table(
     """Map the host memory of ``weight`` [rows, D] and ``scale`` [rows, D/32] (separate
     tensors or column ranges of one packed tensor) for ``device``."""
     device = torch.device(device)
-    if device.index is None:
+    if device.type == "cuda" and device.index is None:
         # NOTE: ids moved with .to("cuda") land on "cuda:N"; an index-less device
         # would then fail the gather's same-device check.
         device = torch.device(device.type, torch.cuda.current_device())
