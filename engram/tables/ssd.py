@@ -88,9 +88,10 @@ class SsdTable(EngramTable):
     def _fetch(self, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int | None]:
         self._guard.check()
         flat_ids = ids.reshape(-1).to("cpu", torch.int64)
-        # NOTE: base.lookup skips the range check for ids on a GPU; here they reach the
-        # host anyway, and a bad id would become a bad file offset.
-        self._check_ids(flat_ids)
+        if ids.is_cuda:
+            # NOTE: base.lookup checks host ids but skips GPU ids (a sync); these reach
+            # the host anyway, and a bad id would become a bad file offset.
+            self._check_ids(flat_ids)
         flat = flat_ids.numpy()
         self._cache_hits = 0
         exact = self._exact_prefetch(flat)
