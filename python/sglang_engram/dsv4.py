@@ -21,9 +21,10 @@ from sglang.srt.layers.engram import Engram, EngramEmbedding, shard_range
 from sglang.srt.runtime_context import get_parallel
 from torch import nn
 
-from engram.spec import FP8_BLOCK
+from engram.hashing import NgramHasher
+from engram.spec import FP8_BLOCK, EngramSpec
 from engram.tables import EngramTable
-from sglang_engram import loading, placement
+from sglang_engram import loading, placement, table_registry
 from sglang_engram.config import EngramServerConfig, current_config
 
 logger = logging.getLogger(__name__)
@@ -132,6 +133,26 @@ def engram_forward(
     if isinstance(self.embed, PlacedEngramEmbedding) and self.embed.is_off:
         return x
     return original(self, x, *args, **kwargs)
+
+
+def after_model_init(
+    result: None, model: nn.Module, config: object, *_: object, **__: object
+) -> None:
+    """AFTER ``DeepseekV4Model.__init__``: with ``ssd`` tables, hand the model's hash
+    constants (layout and compressed token map) to the read-ahead as an
+    ``engram.NgramHasher``, so the scheduler reads each prompt's rows before its prefill."""
+    upstream = getattr(model, "engram_hasher", None)
+    if upstream is None or current_config().offload != "ssd":
+        return
+    spec = EngramSpec.from_hf_config(config)
+    table_registry.set_hasher(
+        NgramHasher(
+            spec,
+            upstream.token_map.cpu(),
+            spec.pad_token_id,
+            image_token_id=upstream.image_token_id,
+        )
+    )
 
 
 def _serving_device() -> torch.device:

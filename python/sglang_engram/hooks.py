@@ -93,9 +93,23 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler._add_request_to_queue",
-        "sglang_engram.admission:after_add_request_to_queue",
+        "sglang_engram.read_ahead:after_add_request_to_queue",
         "AFTER",
         "start reading an admitted request's Engram rows from SSD before its prefill",
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler",
+        "Scheduler.process_batch_result",
+        "sglang_engram.read_ahead:after_process_batch_result",
+        "AFTER",
+        "start reading the next decode step's Engram rows from SSD once tokens are sampled",
+    ),
+    Hook(
+        "sglang.srt.models.deepseek_v4",
+        "DeepseekV4Model.__init__",
+        "sglang_engram.dsv4:after_model_init",
+        "AFTER",
+        "hash DeepSeek-V4.1's prompts for the SSD read-ahead with its Engram constants",
     ),
     Hook(
         "sglang.srt.managers.scheduler",

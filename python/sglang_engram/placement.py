@@ -62,7 +62,7 @@ def ssd_table(
         num_rows=rows[1] - rows[0],
         **table_options(config),
     )
-    table_registry.add(layer_id, table)
+    table_registry.add(layer_id, table, row_start=rows[0])
     return table
 
 

@@ -18,6 +18,7 @@ TIERS = ("hbm", "dram", "ssd")
 class ServedTable:
     layer_id: int
     table: EngramTable
+    row_start: int = 0  # first row of the layer's table this (TP shard's) table holds
 
 
 _tables: list[ServedTable] = []
@@ -25,9 +26,9 @@ _hasher: list[NgramHasher] = []
 _lock = threading.Lock()
 
 
-def add(layer_id: int, table: EngramTable) -> None:
+def add(layer_id: int, table: EngramTable, row_start: int = 0) -> None:
     with _lock:
-        _tables.append(ServedTable(layer_id, table))
+        _tables.append(ServedTable(layer_id, table, row_start))
 
 
 def served() -> list[ServedTable]:
@@ -42,7 +43,7 @@ def clear() -> None:
 
 
 def set_hasher(hasher: NgramHasher) -> None:
-    """The hasher of the served model (for reading rows ahead at admission)."""
+    """The hasher of the served model (for reading SSD rows ahead: ``read_ahead``)."""
     with _lock:
         _hasher[:] = [hasher]
 

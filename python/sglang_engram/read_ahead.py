@@ -1,0 +1,141 @@
+"""Read Engram rows from SSD before the forward pass that looks them up.
+
+Row ids depend on token ids alone, so they are known early:
+
+- **at admission**: when the scheduler queues a request, every row its prefill will
+  look up follows from the prompt;
+- **one decode step ahead**: as soon as a step's tokens are sampled, the rows the next
+  step looks up (the n-grams ending at each new token) follow from them.
+
+The scheduler process hashes those tokens with the served model's hasher
+(``table_registry.hasher()``) and every prefetching (``ssd``) table starts reading the
+rows in the background; the lookups take them from the table's prefetch handles.
+Tables without ``prefetch`` (hbm, dram) need no read-ahead, and nothing is hashed
+when no table prefetches.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+import torch
+
+from engram.hashing import NgramHasher
+from engram.ssd.prefetch import PrefetchHandle
+from sglang_engram import table_registry
+
+logger = logging.getLogger(__name__)
+
+# (index of the layer in the hasher's output, table, first global row the table holds)
+Target = tuple[int, object, int]
+
+# NOTE: one live decode handle per table: the next step's handle replaces (releases)
+# the previous one, so handles never pile up in front of the lookups.
+_decode_handles: dict[int, PrefetchHandle] = {}
+_decode_lock = threading.Lock()
+
+
+def _targets() -> list[Target]:
+    hasher = table_registry.hasher()
+    if hasher is None:
+        return []
+    layer_ids = hasher.spec.layer_ids
+    return [
+        (layer_ids.index(entry.layer_id), entry.table, entry.row_start)
+        for entry in table_registry.served()
+        # NOTE: an HBM hot-row cache in front passes prefetch on to its ssd table.
+        if hasattr(entry.table, "prefetch") and entry.layer_id in layer_ids
+    ]
+
+
+def _prefetch(targets: list[Target], row_ids: torch.Tensor) -> list[tuple[object, PrefetchHandle]]:
+    """Start reading ``row_ids`` [T, layers, columns] (global row ids) in each target;
+    a TP shard reads only the rows it holds."""
+    started = []
+    for hash_index, table, row_start in targets:
+        local = row_ids[:, hash_index].reshape(-1) - row_start
+        local = local[(local >= 0) & (local < table.num_rows)]
+        if local.numel():
+            started.append((table, table.prefetch(local)))
+    return started
+
+
+def _token_ids(hasher: NgramHasher, ids: Sequence[int]) -> torch.Tensor:
+    """``ids`` as the hasher reads them: SGLang's multimodal pad ids (past the
+    vocabulary) are the model's image token, as in upstream's hasher."""
+    tokens = torch.as_tensor(ids, dtype=torch.int64)
+    if hasher.image_token_id is not None:
+        tokens = tokens.masked_fill(tokens >= hasher.vocab_size, hasher.image_token_id)
+    return tokens
+
+
+def prefetch_prompt(token_ids: Sequence[int]) -> int:
+    """Start reading the rows of ``token_ids`` (a whole prompt, from its start) in every
+    prefetching table; returns how many tables started."""
+    targets = _targets()
+    if not targets or not token_ids:
+        return 0
+    hasher = table_registry.hasher()
+    row_ids = hasher.hash(_token_ids(hasher, token_ids))
+    return len(_prefetch(targets, row_ids))
+
+
+def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> int:
+    """Start reading the rows the next decode step looks up: for each running request
+    ``(prompt ids, output ids so far)``, the n-grams ending at its newest token. Releases
+    the previous step's handles. Returns how many tables started."""
+    targets = _targets()
+    if not targets:
+        return 0
+    hasher = table_registry.hasher()
+    n = hasher.window
+    tails = []
+    for prompt, output in sequences:
+        # NOTE: only the last N tokens matter; slicing keeps this O(N) per request.
+        tail = (list(prompt[-n:]) + list(output[-n:]))[-n:]
+        if tail:
+            tails.append(_token_ids(hasher, tail))
+    if not tails:
+        return 0
+    row_ids = hasher.hash_batch(
+        torch.stack([tail[-1] for tail in tails]),
+        torch.ones(len(tails), dtype=torch.int64),
+        torch.stack([hasher.history_row(tail[:-1]) for tail in tails]),
+    )
+    started = _prefetch(targets, row_ids)
+    with _decode_lock:
+        previous = [_decode_handles.pop(id(table), None) for table, _ in started]
+        _decode_handles.update((id(table), handle) for table, handle in started)
+    for handle in previous:
+        if handle is not None:
+            handle.release()
+    return len(started)
+
+
+def after_add_request_to_queue(
+    result: object, scheduler: object, req: object, *_: object, **__: object
+) -> None:
+    """AFTER ``Scheduler._add_request_to_queue``: prefetch the queued prompt's rows."""
+    try:
+        prefetch_prompt(getattr(req, "origin_input_ids", None) or [])
+    except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
+        logger.exception("sglang-engram: admission prefetch failed; lookups will read on demand")
+
+
+def after_process_batch_result(
+    result: object, scheduler: object, batch: object, *_: object, **__: object
+) -> None:
+    """AFTER ``Scheduler.process_batch_result``: prefetch the next decode step's rows
+    of every request that sampled a token in this batch and is still running."""
+    try:
+        sequences = [
+            (req.origin_input_ids, req.output_ids)
+            for req in getattr(batch, "reqs", None) or []
+            if req.output_ids and not req.finished()
+        ]
+        if sequences:
+            prefetch_next_step(sequences)
+    except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
+        logger.exception("sglang-engram: decode prefetch failed; lookups will read on demand")

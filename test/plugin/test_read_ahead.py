@@ -1,0 +1,172 @@
+"""SSD read-ahead: a queued prompt's rows, and the next decode step's rows, are read
+before the lookup that needs them (the lookups take them from the prefetch)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from sglang_engram import read_ahead, table_registry
+from sglang_engram.config import ENV_VAR, EngramServerConfig
+
+from engram.fp8 import quantize_rows
+from engram.model.tokenizer import ASSET, tokenizer_config
+from engram.tables import create_table
+from test.core.test_hashing import random_hasher
+from test.plugin.tiny import engram_fields
+
+
+@pytest.fixture
+def served(request: pytest.FixtureRequest, tmp_path: Path):
+    """ssd tables of a random hasher's layers (behind an HBM hot cache of
+    ``request.param`` bytes, if any), registered as the served ones, with dram twins
+    as the oracle."""
+    hot_cache_bytes = getattr(request, "param", 0)
+    hasher = random_hasher(random.Random())
+    spec = hasher.spec
+    tables, references = [], []
+    table_registry.clear()
+    for i, layer in enumerate(spec.layer_ids):
+        weight, scale = quantize_rows(torch.randn(spec.num_embeddings[i], spec.head_dim))
+        tables.append(
+            create_table(
+                "ssd", weight, scale, path=tmp_path / f"l{layer}", hot_cache_bytes=hot_cache_bytes
+            )
+        )
+        references.append(create_table("dram", weight, scale))
+        table_registry.add(layer, tables[-1])
+    yield hasher, tables, references
+    table_registry.clear()
+    for table in tables:
+        table.close()
+
+
+def _assert_rows(table, reference, ids: torch.Tensor) -> None:
+    got = table.lookup(ids)
+    assert torch.equal(got.view(torch.int16), reference.lookup(ids).view(torch.int16))
+
+
+@pytest.mark.parametrize("served", [0, 1 << 16], indirect=True, ids=["ssd", "ssd+hot"])
+def test_admitted_prompt_rows_come_from_the_prefetch(served) -> None:
+    hasher, tables, references = served
+    prompt = torch.randint(0, hasher.vocab_size, (200,))
+    assert read_ahead.prefetch_prompt(prompt.tolist()) == 0  # no hasher registered yet
+    table_registry.set_hasher(hasher)
+    assert read_ahead.prefetch_prompt(prompt.tolist()) == hasher.spec.n_layers
+    row_ids = hasher.hash(prompt)
+    for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
+        _assert_rows(table, ref, row_ids[:, i])
+        assert table.stats()["prefetch_hits"] == torch.unique(row_ids[:, i]).numel()
+
+
+def test_decode_steps_read_one_step_ahead(served) -> None:
+    """Real SGLang requests in a real ScheduleBatch: after each step's tokens are
+    sampled, the next step's rows are prefetched and the lookup takes them; the
+    previous step's handle is released."""
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    hasher, tables, references = served
+    table_registry.set_hasher(hasher)
+    lengths = [1, 2, random.randint(3, 40), random.randint(41, 90)]
+    reqs = [
+        Req(f"r{k}", "", torch.randint(0, hasher.vocab_size, (n,)).tolist(), SamplingParams())
+        for k, n in enumerate(lengths)
+    ]
+    batch = ScheduleBatch(reqs=reqs)
+    for step in range(4):
+        for req in reqs:
+            req.output_ids.append(random.randrange(hasher.vocab_size))
+        before = [t.stats()["prefetch_hits"] for t in tables]
+        read_ahead.after_process_batch_result(None, None, batch)
+        # the next decode step looks up the n-grams ending at each newest token
+        row_ids = torch.stack(
+            [hasher.hash(torch.tensor(r.origin_input_ids + list(r.output_ids)))[-1] for r in reqs]
+        )
+        for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
+            _assert_rows(table, ref, row_ids[:, i])
+            hits = table.stats()["prefetch_hits"] - before[i]
+            assert hits == torch.unique(row_ids[:, i]).numel(), f"step {step} layer {i}"
+            held = table.stats()["prefetch_bytes_held"]
+            assert held == torch.unique(row_ids[:, i]).numel() * table.row_bytes  # one handle
+
+
+def test_finished_requests_are_not_read_ahead(served) -> None:
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    hasher, tables, _ = served
+    table_registry.set_hasher(hasher)
+    req = Req("done", "", torch.randint(0, hasher.vocab_size, (9,)).tolist(), SamplingParams())
+    req.output_ids.append(random.randrange(hasher.vocab_size))
+    req.finished_reason = FINISH_LENGTH(length=1)
+    read_ahead.after_process_batch_result(None, None, ScheduleBatch(reqs=[req]))
+    assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
+
+
+def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
+    hasher = random_hasher(random.Random())
+    spec = hasher.spec
+    rows = spec.num_embeddings[0]
+    start = random.randint(1, rows // 2)
+    end = random.randint(start + 1, rows)
+    weight, scale = quantize_rows(torch.randn(rows, spec.head_dim))
+    shard = create_table("ssd", weight[start:end], scale[start:end], path=tmp_path / "shard")
+    reference = create_table("dram", weight, scale)
+    table_registry.clear()
+    try:
+        table_registry.add(spec.layer_ids[0], shard, row_start=start)
+        table_registry.set_hasher(hasher)
+        prompt = torch.randint(0, hasher.vocab_size, (300,))
+        assert read_ahead.prefetch_prompt(prompt.tolist()) == 1
+        ids = hasher.hash(prompt)[:, 0].reshape(-1)
+        owned = ids[(ids >= start) & (ids < end)]
+        got = shard.lookup(owned - start)
+        assert torch.equal(got.view(torch.int16), reference.lookup(owned).view(torch.int16))
+        assert shard.stats()["prefetch_hits"] == torch.unique(owned).numel()
+    finally:
+        table_registry.clear()
+        shard.close()
+
+
+@pytest.mark.parametrize("offload", ["ssd", "dram"])
+def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
+    cpu_context, monkeypatch, tmp_path: Path, offload: str
+) -> None:
+    """Upstream's DeepSeek-V4.1 EngramHasher (built from a tokenizer) becomes our
+    NgramHasher for the read-ahead, hashing prompts bit-exactly as upstream does. The
+    model object stands in for DeepseekV4Model, which needs a GPU to build."""
+    from sglang.srt.layers.engram import EngramHasher, EngramLayout, build_compressed_token_map
+    from sglang_engram.dsv4 import after_model_init
+    from transformers import AutoTokenizer
+
+    (tmp_path / "tokenizer.json").write_bytes(ASSET.read_bytes())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(4096)))
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path))
+    _, compressed = build_compressed_token_map(tokenizer)
+    fields = engram_fields(layer_ids=(1, 14), n=4, heads=8, head_dim=64)
+    config = SimpleNamespace(**fields, engram_compressed_vocab_size=compressed)
+    layout = EngramLayout.from_config(config)
+    upstream = EngramHasher(layout, tokenizer, config.engram_pad_token_id, compressed)
+    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+    table_registry.clear()
+    try:
+        after_model_init(None, SimpleNamespace(engram_hasher=upstream), config)
+        ours = table_registry.hasher()
+        if offload != "ssd":
+            assert ours is None  # nothing to read ahead
+            return
+        prompt = torch.randint(0, len(tokenizer), (random.randint(1, 64),))
+        n = layout.max_ngram_size
+        shifts = torch.arange(n)
+        positions = torch.arange(prompt.numel())
+        blocked = positions.unsqueeze(1) < shifts
+        windows = prompt[(positions.unsqueeze(1) - shifts).clamp_min(0)]
+        want, _ = upstream.hash_windows(windows, blocked)
+        assert torch.equal(ours.hash(prompt), want)
+    finally:
+        table_registry.clear()
