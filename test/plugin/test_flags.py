@@ -48,6 +48,37 @@ def test_launch_server_help_lists_the_flags():
     assert "Engram (sglang-engram plugin)" in out.stdout
 
 
+def test_sglang_serve_engram_backend_help_lists_the_flags():
+    """``sglang serve --help`` runs before plugins load; our serve backend's help has
+    the flags, and the general help offers it as a --model-type."""
+    # NOTE: what the `sglang` console script runs
+    sglang = [sys.executable, "-c", "from sglang.cli.main import main; main()", "serve"]
+    general = subprocess.run([*sglang, "--help"], capture_output=True, text=True, timeout=600)
+    assert general.returncode == 0, general.stderr[-2000:]
+    assert "engram}" in general.stdout  # --model-type {auto,llm,diffusion,engram}
+    ours = subprocess.run(
+        [*sglang, "--model-type", "engram", "--help"], capture_output=True, text=True, timeout=600
+    )
+    assert ours.returncode == 0, ours.stderr[-2000:]
+    for flag in FLAGS:
+        assert flag in ours.stdout
+
+
+def test_sglang_serve_picks_the_engram_backend_for_engram_checkpoints(model_dir, tmp_path):
+    from sglang.cli.serve import _create_backend_registry
+    from sglang.cli.serve_backends import ServeRequest
+
+    registry = _create_backend_registry()
+    picked = registry.auto_detect(ServeRequest(argv=(), model_path=model_dir))
+    assert picked.name == "engram"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text('{"model_type": "qwen3", "engram_layer_ids": []}')
+    assert registry.auto_detect(ServeRequest(argv=(), model_path=str(plain))).name == "llm"
+    hub_id = ServeRequest(argv=(), model_path="deepseek-ai/not-local")
+    assert registry.auto_detect(hub_id).name == "llm"
+
+
 def test_placement_choices_come_from_the_core_registry(sglang_with_plugin):
     from sglang_engram.flags import placement_choices
 

@@ -1,0 +1,56 @@
+"""``sglang serve --model-type engram``: SGLang's LLM server with this plugin loaded first.
+
+``sglang serve --help`` prints SGLang's help before any plugin loads, so it cannot list
+the ``--engram-*`` flags; this serve backend (entry point group
+``sglang.serve_backends``) can: ``sglang serve --model-type engram --help`` is the
+server's help with them. Its detector claims checkpoints whose ``config.json`` has
+Engram layers, so ``sglang serve <Engram checkpoint> --engram-offload dram`` selects it
+by itself. Serving is SGLang's own LLM path; only the plugin loading comes first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sglang.cli.serve_backends import (
+    SERVE_BACKEND_API_VERSION,
+    ServeBackend,
+    ServeBackendDetection,
+    ServeRequest,
+)
+
+
+def backend() -> ServeBackend:
+    """The ``sglang.serve_backends`` entry point's factory."""
+    return ServeBackend(api_version=SERVE_BACKEND_API_VERSION, run=run, detect=detect)
+
+
+def run(request: ServeRequest) -> None:
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    from sglang.srt.server_args import prepare_server_args
+
+    if any(arg in request.argv for arg in ("-h", "--help")):
+        try:
+            prepare_server_args(["--help"])
+        except SystemExit:
+            pass  # argparse exits after printing the help
+        return
+    from sglang.launch_server import run_server
+
+    run_server(prepare_server_args(list(request.argv)))
+
+
+def detect(request: ServeRequest) -> ServeBackendDetection:
+    """MATCH for a local checkpoint with Engram layers; UNKNOWN when there is no local
+    ``config.json`` to read (a hub id: SGLang's LLM backend serves it, plugin loaded)."""
+    if request.model_path is None:
+        return ServeBackendDetection.UNKNOWN
+    try:
+        config = json.loads((Path(request.model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return ServeBackendDetection.UNKNOWN
+    has_engram = isinstance(config, dict) and bool(config.get("engram_layer_ids"))
+    return ServeBackendDetection.MATCH if has_engram else ServeBackendDetection.NO_MATCH
