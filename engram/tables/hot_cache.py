@@ -4,8 +4,9 @@
 placement works): a lookup dedups its ids on the device, serves the rows the cache
 holds and asks the wrapped table only for the rest, then caches those. Rows are stored
 as the bf16 values the wrapped table returned, so results stay bit-identical. On a CPU
-device the cache is simply CPU memory. The wrapper reports its placement as the wrapped
-table's, the bytes it served under ``hbm``, and its hit ratio in ``stats()``.
+device the cache is simply CPU memory; lookups captured in a CUDA graph bypass it. The
+wrapper reports its placement as the wrapped table's, the bytes it served under
+``hbm``, and its hit ratio in ``stats()``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class HotRowCache(EngramTable):
         return self.hits / total if total else 0.0
 
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
+        if ids.is_cuda and torch.cuda.is_current_stream_capturing():
+            # NOTE: the cache's dedup and probe need the host (sizes, masks), which a
+            # CUDA graph cannot capture; captured lookups read the wrapped table (dram
+            # and hbm lookups are capture-safe kernels), eager ones use the cache.
+            return self.inner._gather(ids)
         ids = ids.to(self.device, torch.int64)
         unique, inverse = torch.unique(ids, return_inverse=True)
         slots = self.index.probe(unique)

@@ -113,41 +113,48 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
         # NOTE: a one-line exit, before any process is spawned or weight loaded.
         raise SystemExit(f"sglang-engram: error: {exc}") from None
     config.export(server_args)
-    eager_tiny_model(server_args, config)
+    graph_policy(server_args, config)
     logger.info("%s", config.describe())
 
 
-def eager_tiny_model(server_args: Any, config: EngramServerConfig) -> None:
-    """Run the tiny Engram model without CUDA graphs unless the user chose graph options
-    (refused with ``ssd``, whose file reads a graph cannot replay).
+def graph_policy(server_args: Any, config: EngramServerConfig) -> None:
+    """CUDA graphs against Engram placements they cannot replay.
 
-    NOTE: its lookups go through the core library's tables (host-side counters, the
-    ssd tier's file reads, the prefetch side stream), none of which a captured graph
-    would replay; upstream's DeepSeek-V4.1 keeps its own graph handling.
+    - ``ssd`` (any Engram model): lookups read table files on the host, which a graph
+      cannot capture. Graphs are turned off (said in the log) unless the user chose
+      graph options, which is then refused with one line.
+    - the tiny Engram model runs eagerly unless graph options are chosen: its lookups
+      go through the core library's tables (host-side counters, the prefetch side
+      stream), none of which a replay would run.
+
+    NOTE: ``hbm``/``dram`` lookups are capture-safe kernels, and the HBM hot cache
+    steps aside while a graph is captured (replays read the wrapped table), so
+    upstream's DeepSeek-V4.1 keeps its graphs with those.
     """
+    from engram.spec import has_engram
     from sglang_engram.models import ARCHITECTURES
     from sglang_engram.validation import read_model_config
 
     hf_config = read_model_config(getattr(server_args, "model_path", None)) or {}
-    if not set(hf_config.get("architectures") or ()) & set(ARCHITECTURES):
+    if not config.enabled or not has_engram(hf_config) or server_args.disable_cuda_graph:
         return
-    if not config.enabled:
+    tiny = bool(set(hf_config.get("architectures") or ()) & set(ARCHITECTURES))
+    if not (tiny or config.offload == "ssd"):
         return
     chosen = (
         getattr(server_args, "cuda_graph_config", None),
         getattr(server_args, "cuda_graph_backend_decode", None),
         getattr(server_args, "cuda_graph_backend_prefill", None),
     )
-    if server_args.disable_cuda_graph:
-        return
     if any(value is not None for value in chosen):
         if config.offload == "ssd":
             # NOTE: a graph replay would skip the file reads and serve stale rows.
             raise SystemExit(
-                "sglang-engram: error: the tiny Engram model with --engram-offload ssd reads "
-                "table files during the forward pass, which CUDA graphs cannot capture; drop "
-                "the --cuda-graph-* options or pass --disable-cuda-graph"
+                "sglang-engram: error: --engram-offload ssd reads table files during the "
+                "forward pass, which CUDA graphs cannot capture; drop the --cuda-graph-* "
+                "options or pass --disable-cuda-graph"
             )
         return
     server_args.disable_cuda_graph = True
-    logger.info("sglang-engram: the tiny Engram model runs without CUDA graphs")
+    why = "its ssd tables are read from files" if config.offload == "ssd" else "tiny model"
+    logger.warning("sglang-engram: CUDA graphs are off (%s)", why)

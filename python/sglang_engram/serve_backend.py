@@ -20,6 +20,8 @@ from sglang.cli.serve_backends import (
     ServeRequest,
 )
 
+from engram.spec import has_engram
+
 
 def backend() -> ServeBackend:
     """The ``sglang.serve_backends`` entry point's factory."""
@@ -52,5 +54,6 @@ def detect(request: ServeRequest) -> ServeBackendDetection:
         config = json.loads((Path(request.model_path) / "config.json").read_text())
     except (OSError, ValueError):
         return ServeBackendDetection.UNKNOWN
-    has_engram = isinstance(config, dict) and bool(config.get("engram_layer_ids"))
-    return ServeBackendDetection.MATCH if has_engram else ServeBackendDetection.NO_MATCH
+    if not isinstance(config, dict):
+        return ServeBackendDetection.UNKNOWN
+    return ServeBackendDetection.MATCH if has_engram(config) else ServeBackendDetection.NO_MATCH

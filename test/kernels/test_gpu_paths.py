@@ -71,3 +71,25 @@ def test_hash_and_gather_replay_in_a_cuda_graph() -> None:
             new[real], torch.ones(int(real.sum()), dtype=torch.long), before[real]
         )
         assert torch.equal(hist.cpu(), expected_hist)
+
+
+def test_hot_cache_steps_aside_in_a_cuda_graph() -> None:
+    """A dram table behind an HBM hot cache: eager lookups fill and use the cache, a
+    captured lookup replays through the wrapped table's kernel with fresh ids."""
+    weight, scale = random_table(5000, 64)
+    table = create_table("dram", weight, scale, device="cuda", hot_cache_bytes=1 << 20)
+    eager = torch.randint(0, 5000, (8, 48))
+    for _ in range(3):
+        assert same_bits(table.lookup(eager.cuda()), reference(weight, scale, eager))
+    assert table.stats()["hot_cache_hits"] > 0
+    ids = torch.randint(0, 5000, (4, 48), device="cuda")
+    table.lookup(ids)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = table.lookup(ids)
+    for _ in range(3):
+        ids.copy_(torch.randint(0, 5000, (4, 48)))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert same_bits(out, reference(weight, scale, ids.cpu()))
+    table.close()

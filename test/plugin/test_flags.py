@@ -10,7 +10,7 @@ import sys
 import pytest
 from sglang_engram.config import ENV_VAR, EngramServerConfig, config_of
 
-from test.plugin.tiny import tiny_config, write_model_dir
+from test.plugin.tiny import engram_fields, tiny_config, write_model_dir
 
 FLAGS = (
     "--engram-offload",
@@ -137,6 +137,28 @@ def test_graphs_with_ssd_tables_are_refused(parse, model_dir, tmp_path):
     with pytest.raises(SystemExit, match="CUDA graphs cannot capture"):
         parse([*argv, "--cuda-graph-backend-decode", "full"])
     assert parse(argv).disable_cuda_graph is True
+
+
+@pytest.fixture
+def dsv4_dir(tmp_path):
+    """A DeepSeek-V4.1-shaped config.json (small Engram tables)."""
+    config = {
+        "architectures": ["DeepseekV4ForCausalLM"],
+        "model_type": "deepseek_v4",
+        **engram_fields(layer_ids=(1, 14), n=4, heads=8, head_dim=64),
+    }
+    return str(write_model_dir(tmp_path / "dsv4", config))
+
+
+def test_ssd_turns_graphs_off_for_any_engram_model(parse, dsv4_dir, tmp_path):
+    ssd = ["--model-path", dsv4_dir, "--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path)]
+    assert parse(ssd).disable_cuda_graph is True
+    with pytest.raises(SystemExit, match="CUDA graphs cannot capture"):
+        parse([*ssd, "--cuda-graph-backend-decode", "full"])
+    # hbm/dram lookups (and the hot cache, which steps aside in a capture) keep graphs
+    for offload in ("hbm", "dram"):
+        argv = ["--model-path", dsv4_dir, "--engram-offload", offload]
+        assert parse([*argv, "--engram-hot-cache-gb", "0.001"]).disable_cuda_graph is False
 
 
 def test_unknown_placement_lists_the_choices(parse, model_dir, capsys):
