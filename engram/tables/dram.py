@@ -1,13 +1,16 @@
 """``dram``: the table lives in pinned host memory and the GPU reads rows over UVA.
 
 On a machine without a GPU the table is plain host memory and lookups take the same
-torch path as every CPU table.
+torch path as every CPU table. A loader that writes the rows into
+:func:`packed_host_rows` first hands them over without a copy (the table is then held
+once, not twice, while it is built).
 """
 
 from __future__ import annotations
 
 import torch
 
+from engram.spec import FP8_BLOCK
 from engram.tables.base import EngramTable, as_table_bytes
 from engram.tables.gather import gather_dequant_torch
 
@@ -20,19 +23,16 @@ class DramTable(EngramTable):
         weight, scale = as_table_bytes(weight, scale)
         self._handle = None
         self._unique = None
+        if _packed_on_host(weight, scale):
+            self.weight, self.scale = weight, scale  # adopted: no second copy
+        else:
+            self.weight, self.scale = packed_host_rows(self.num_rows, self.head_dim, self.device)
+            self.weight.copy_(weight)
+            self.scale.copy_(scale)
         if self.device.type != "cuda":
-            self.weight = _host_copy(weight)
-            self.scale = _host_copy(scale)
             return
-        from engram_kernels import UniqueCounter, alloc_host_buffer, register_host_table
+        from engram_kernels import UniqueCounter, register_host_table
 
-        # NOTE: one packed [rows, D + D/32] buffer on (advised) huge pages: a row is one
-        # contiguous read over the bus, and torch's pinned allocator would round a
-        # 94 GiB table up to 128 GiB.
-        packed = alloc_host_buffer(self.num_rows * self.row_bytes).view(-1, self.row_bytes)
-        packed[:, : self.head_dim] = weight
-        packed[:, self.head_dim :] = scale
-        self.weight, self.scale = packed[:, : self.head_dim], packed[:, self.head_dim :]
         self._handle = register_host_table(
             self.weight, self.scale, device=self.device, label="Engram dram table"
         )
@@ -61,7 +61,32 @@ class DramTable(EngramTable):
         self.weight = self.scale = torch.empty(0, dtype=torch.uint8)
 
 
-def _host_copy(t: torch.Tensor) -> torch.Tensor:
-    out = torch.empty(t.shape, dtype=t.dtype)
-    out.copy_(t)
-    return out
+def packed_host_rows(
+    num_rows: int, head_dim: int, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 weight ``[rows, D]`` and scale ``[rows, D/32]`` views of one packed
+    ``[rows, D + D/32]`` host buffer, the layout a ``dram`` table keeps; for a CUDA
+    ``device`` on (advised) huge pages, ready for UVA registration."""
+    row_bytes = head_dim + head_dim // FP8_BLOCK
+    if torch.device(device).type == "cuda":
+        from engram_kernels import alloc_host_buffer
+
+        # NOTE: a row is one contiguous read over the bus, and torch's pinned allocator
+        # would round a 94 GiB table up to 128 GiB.
+        packed = alloc_host_buffer(max(num_rows, 1) * row_bytes)[: num_rows * row_bytes]
+    else:
+        packed = torch.empty(num_rows * row_bytes, dtype=torch.uint8)
+    packed = packed.view(num_rows, row_bytes)
+    return packed[:, :head_dim], packed[:, head_dim:]
+
+
+def _packed_on_host(weight: torch.Tensor, scale: torch.Tensor) -> bool:
+    """Are ``weight`` and ``scale`` the two halves of one packed host buffer?"""
+    row_bytes = weight.shape[1] + scale.shape[1]
+    return (
+        weight.device.type == "cpu"
+        and scale.device.type == "cpu"
+        and weight.stride() == (row_bytes, 1)
+        and scale.stride() == (row_bytes, 1)
+        and scale.data_ptr() == weight.data_ptr() + weight.shape[1]
+    )

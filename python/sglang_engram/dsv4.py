@@ -24,6 +24,7 @@ from torch import nn
 from engram.hashing import NgramHasher
 from engram.spec import FP8_BLOCK, EngramSpec
 from engram.tables import EngramTable
+from engram.tables.dram import packed_host_rows
 from sglang_engram import loading, placement, table_registry
 from sglang_engram.config import EngramServerConfig, current_config
 
@@ -70,22 +71,24 @@ class PlacedEngramEmbedding(EngramEmbedding):
                 device=self.device,
                 shard=self.shard,
             )
-        loads_rows = self.placement in ("hbm", "dram")
-        if not loads_rows:
+        if self.placement not in ("hbm", "dram"):
             loading.skip_tables(layers={layer_id})
-        # hbm reads straight into device memory; dram stages on the host.
-        staging = self.device if self.placement == "hbm" else torch.device("cpu")
-        rows = self.rows if loads_rows else 0
-        self.weight = nn.Parameter(
-            torch.empty(rows, dim, dtype=torch.float8_e4m3fn, device=staging),
-            requires_grad=False,
-        )
-        self.scale = nn.Parameter(
-            torch.empty(rows, dim // FP8_BLOCK, dtype=torch.float8_e8m0fnu, device=staging),
-            requires_grad=False,
-        )
+        weight, scale = self._load_targets()
+        self.weight = nn.Parameter(weight.view(torch.float8_e4m3fn), requires_grad=False)
+        self.scale = nn.Parameter(scale.view(torch.float8_e8m0fnu), requires_grad=False)
         self.weight.weight_loader = self._load_rows
         self.scale.weight_loader = self._load_rows
+
+    def _load_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 weight and scale the loader writes this shard's rows into: device memory
+        for hbm; for dram the packed host buffer the table then adopts (the rows are
+        held once); nothing for ssd and off."""
+        if self.placement == "dram":
+            return packed_host_rows(self.rows, self.dim, self.device)
+        rows = self.rows if self.placement == "hbm" else 0
+        device = self.device if self.placement == "hbm" else torch.device("cpu")
+        weight = torch.empty(rows, self.dim, dtype=torch.uint8, device=device)
+        return weight, torch.empty(rows, self.dim // FP8_BLOCK, dtype=torch.uint8, device=device)
 
     @property
     def is_off(self) -> bool:
@@ -108,7 +111,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
             device=self.device,
         )
         if self.placement == "dram":
-            # The table holds its own pinned copy.
+            # NOTE: the table adopted the loaded buffer; only the table refers to it now.
             self.weight.data = self.weight.data.new_empty(0, self.dim)
             self.scale.data = self.scale.data.new_empty(0, self.dim // FP8_BLOCK)
         logger.info("sglang-engram: %s table in %s: %s", label, self.placement, self.table.memory())

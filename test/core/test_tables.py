@@ -98,3 +98,20 @@ def test_unknown_table_options_are_named() -> None:
         match=r"unknown option\(s\) for the 'dram' placement: \['ram_cache_bytes'\]",
     ):
         create_table("dram", weight, scale, ram_cache_bytes=1 << 20)
+
+
+def test_dram_adopts_packed_rows_and_copies_anything_else() -> None:
+    from engram.tables.dram import packed_host_rows
+
+    weight, scale = random_table()
+    w, s = packed_host_rows(weight.shape[0], weight.shape[1], "cpu")
+    w.copy_(weight.view(torch.uint8))
+    s.copy_(scale.view(torch.uint8))
+    adopted = create_table("dram", w, s)
+    copied = create_table("dram", weight, scale)
+    assert (adopted.weight.data_ptr(), adopted.scale.data_ptr()) == (w.data_ptr(), s.data_ptr())
+    assert copied.weight.data_ptr() != weight.data_ptr()
+    ids = torch.randint(0, weight.shape[0], (300,))
+    want = dequantize_rows(weight[ids], scale[ids])
+    for table in (adopted, copied):
+        assert torch.equal(table.lookup(ids).view(torch.int16), want.view(torch.int16))

@@ -76,9 +76,26 @@ def test_placed_rows_equal_upstream_rows(placed, layout, offload):
     assert torch.equal(ours(ids), ref(ids))
 
 
-def test_dram_frees_the_staging_rows(placed):
-    ours, _ = placed("dram")
-    assert ours.weight.numel() == 0 and ours.table.memory()["dram"] > 0
+def test_dram_holds_the_loaded_rows_once(monkeypatch, cpu_context, layout):
+    """The loader writes into the buffer the dram table keeps: no second copy."""
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload="dram").to_json())
+    ours = PlacedEngramEmbedding(
+        layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0], layout.column_bounds(0)
+    )
+    targets = (ours.weight.data_ptr(), ours.scale.data_ptr())
+    weight, scale = random_table(layout.num_embeddings[0], layout.head_dim)
+    ours.weight.weight_loader(ours.weight, weight.view(torch.float8_e4m3fn))
+    ours.scale.weight_loader(ours.scale, scale.view(torch.float8_e8m0fnu))
+    ours.finish_load("layer 1")
+    try:
+        assert ours.weight.numel() == 0 and ours.scale.numel() == 0
+        assert (ours.table.weight.data_ptr(), ours.table.scale.data_ptr()) == targets
+        assert ours.table.memory()["dram"] == weight.numel() + scale.numel()
+        assert torch.equal(ours.table.weight, weight) and torch.equal(ours.table.scale, scale)
+    finally:
+        loading.reset_skips()
 
 
 def test_off_holds_no_rows_and_skips_the_tensors(placed, layout):
