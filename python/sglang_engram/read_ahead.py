@@ -117,9 +117,14 @@ def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]])
 def after_add_request_to_queue(
     result: object, scheduler: object, req: object, *_: object, **__: object
 ) -> None:
-    """AFTER ``Scheduler._add_request_to_queue``: prefetch the queued prompt's rows."""
+    """AFTER ``Scheduler._add_request_to_queue``: prefetch the rows the queued request's
+    prefill will look up (its prompt, plus its outputs when it was retracted). A PD
+    decode worker never prefills, so it reads nothing here."""
     try:
-        prefetch_prompt(getattr(req, "origin_input_ids", None) or [])
+        mode = getattr(getattr(scheduler, "disaggregation_mode", None), "name", "NULL")
+        if mode == "DECODE" or req.finished():
+            return
+        prefetch_prompt([*req.origin_input_ids, *req.output_ids])
     except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
         logger.exception("sglang-engram: admission prefetch failed; lookups will read on demand")
 

@@ -14,10 +14,19 @@ from sglang_engram import read_ahead, table_registry
 from sglang_engram.config import ENV_VAR, EngramServerConfig
 
 from engram.fp8 import quantize_rows
+from engram.hashing import NgramHasher
 from engram.model.tokenizer import ASSET, tokenizer_config
+from engram.spec import EngramSpec
 from engram.tables import create_table
-from test.core.test_hashing import random_hasher
-from test.plugin.tiny import engram_fields
+from test.plugin.tiny import engram_fields, random_token_map
+
+
+def small_hasher() -> NgramHasher:
+    """A random layout with small tables (the ssd tables are written for each test)."""
+    fields = engram_fields(layer_ids=tuple(random.sample(range(1, 30), 2)), n=random.randint(2, 4))
+    spec = EngramSpec.from_hf_config(fields)
+    vocab = random.randint(spec.vocab_size, 3 * spec.vocab_size)
+    return NgramHasher(spec, random_token_map(vocab, random.randint(50, spec.vocab_size)))
 
 
 @pytest.fixture
@@ -26,7 +35,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path):
     ``request.param`` bytes, if any), registered as the served ones, with dram twins
     as the oracle."""
     hot_cache_bytes = getattr(request, "param", 0)
-    hasher = random_hasher(random.Random())
+    hasher = small_hasher()
     spec = hasher.spec
     tables, references = [], []
     table_registry.clear()
@@ -109,7 +118,7 @@ def test_finished_requests_are_not_read_ahead(served) -> None:
 
 
 def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
-    hasher = random_hasher(random.Random())
+    hasher = small_hasher()
     spec = hasher.spec
     rows = spec.num_embeddings[0]
     start = random.randint(1, rows // 2)
@@ -170,3 +179,27 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
         assert torch.equal(ours.hash(prompt), want)
     finally:
         table_registry.clear()
+
+
+def test_admission_hook_reads_what_the_prefill_will_look_up(served) -> None:
+    """Real SGLang requests; the scheduler objects stand in for SGLang's Scheduler
+    (which needs a GPU to build) and carry only its disaggregation mode."""
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    hasher, tables, _ = served
+    table_registry.set_hasher(hasher)
+    prompt = torch.randint(0, hasher.vocab_size, (random.randint(20, 80),)).tolist()
+    req = Req("r", "", prompt, SamplingParams())
+    decode_worker = SimpleNamespace(disaggregation_mode=DisaggregationMode.DECODE)
+    read_ahead.after_add_request_to_queue(None, decode_worker, req)
+    assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
+    # a retracted request re-prefills its prompt and the outputs it had
+    req.output_ids.extend(torch.randint(0, hasher.vocab_size, (7,)).tolist())
+    single = SimpleNamespace(disaggregation_mode=DisaggregationMode.NULL)
+    read_ahead.after_add_request_to_queue(None, single, req)
+    row_ids = hasher.hash(torch.tensor(prompt + list(req.output_ids)))
+    for i, table in enumerate(tables):
+        table.lookup(row_ids[:, i])
+        assert table.stats()["prefetch_hits"] == torch.unique(row_ids[:, i]).numel()
