@@ -171,3 +171,48 @@ def test_loader_never_reads_skipped_tables(sglang_with_plugin, tmp_path):
     assert set(got) == {"layers.1.engram.wkv.weight", "embed.weight"}
     assert all(torch.equal(got[k], tensors[k]) for k in got)
     assert set(dict(weight_utils.safetensors_weights_iterator([str(path)]))) == set(tensors)
+
+
+@pytest.mark.parametrize("offload", ["hbm", "dram"])
+@pytest.mark.parametrize("heads", [4, 3], ids=["column-aligned", "row-split"])
+def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, offload, heads):
+    """TP=2 (two ranks' contexts in one process): each rank's shard owns upstream's
+    rows, and the shards' zero-filled lookups add up (upstream's all-reduce) to the
+    whole table's rows."""
+    from sglang.srt.layers.engram import EngramLayout
+    from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
+    from sglang.srt.server_args import ServerArgs
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    fields = engram_fields(layer_ids=(1, 14), n=3, heads=heads, head_dim=64)
+    layout = EngramLayout.from_config(SimpleNamespace(**fields))
+    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+    args = (layout.num_embeddings[1], layout.head_dim, 14, layout.column_bounds(1))
+    weight, scale = random_table(layout.num_embeddings[1], layout.head_dim)
+    ids = _hash_ids(layout, 1, random.randint(1, 40))
+    total = {"ours": 0, "upstream": 0}
+    for rank in (0, 1):
+        context = create_context(
+            ServerArgs(model_path="dummy", tp_size=2),
+            role="scheduler",
+            ranks=SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank),
+        )
+        with use_context(context):
+            ours = PlacedEngramEmbedding(*args)
+            upstream = PlacedEngramEmbedding.__mro__[1](*args)
+        for module in (ours, upstream):
+            module.weight.weight_loader(module.weight, weight.view(torch.float8_e4m3fn))
+            module.scale.weight_loader(module.scale, scale.view(torch.float8_e8m0fnu))
+        ours.finish_load(f"layer 14 rank {rank}")
+        assert (ours.row_start, ours.rows) == (upstream.row_start, upstream.rows)
+        assert ours.table.num_rows == upstream.rows
+        mine, theirs = ours._owned_rows(ids), upstream._owned_rows(ids)
+        assert torch.equal(mine.view(torch.int16), theirs.view(torch.int16))
+        total["ours"] = total["ours"] + mine.float()
+        total["upstream"] = total["upstream"] + theirs.float()
+    assert torch.equal(total["ours"], total["upstream"])
+    want = (
+        weight.view(torch.float8_e4m3fn)[ids].float().unflatten(-1, (-1, 32))
+        * scale.view(torch.float8_e8m0fnu)[ids].float().unsqueeze(-1)
+    ).flatten(-2)
+    assert torch.equal(total["ours"], want.to(torch.bfloat16).float())
