@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
@@ -12,6 +11,7 @@ import torch
 from engram.errors import EngramInputError, EngramTableError
 from engram.fp8 import as_uint8
 from engram.spec import FP8_BLOCK
+from engram.tables.timing import LookupClock
 
 
 @dataclass
@@ -25,14 +25,18 @@ class TableCounters:
     seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def record(self, rows: int, unique: int, tier_bytes: dict[str, int], seconds: float) -> None:
+    def record(
+        self, rows: int, unique: int, tier_bytes: dict[str, int], seconds: list[float]
+    ) -> None:
+        """One lookup; ``seconds`` holds the lookup durations known now (on a GPU they
+        arrive a few lookups late: see :mod:`engram.tables.timing`)."""
         with self._lock:
             self.lookups += 1
             self.rows_requested += rows
             self.unique_rows += unique
             for tier, n in tier_bytes.items():
                 self.bytes_read[tier] = self.bytes_read.get(tier, 0) + n
-            self.seconds += seconds
+            self.seconds += sum(seconds)
 
     @property
     def unique_ratio(self) -> float:
@@ -83,18 +87,19 @@ class EngramTable(ABC):
         self.head_dim = head_dim
         self.device = torch.device(device)
         self.counters = TableCounters()
+        self._clock = LookupClock(self.device)
 
     @property
     def row_bytes(self) -> int:
         return self.head_dim + self.head_dim // FP8_BLOCK
 
     def lookup(self, row_ids: torch.Tensor) -> torch.Tensor:
-        start = time.perf_counter()
+        mark = self._clock.start()
         ids = row_ids.reshape(-1)
         if not ids.is_cuda:
             self._check_ids(ids)
         flat, unique, tier_bytes = self._gather(ids)
-        self.counters.record(ids.numel(), unique, tier_bytes, time.perf_counter() - start)
+        self.counters.record(ids.numel(), unique, tier_bytes, self._clock.stop(mark))
         return flat.view(*row_ids.shape, self.head_dim)
 
     @abstractmethod

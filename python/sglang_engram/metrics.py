@@ -4,7 +4,7 @@ SGLang's scheduler processes write their metrics through ``prometheus_client``'s
 multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, set by the launcher) and the HTTP
 server aggregates them; ours join the same files. A daemon thread in each scheduler
 turns the tables' cumulative :class:`TableCounters` into counter increments; the
-lookup latency histogram is observed on every lookup.
+lookup latency histogram observes every lookup (on a GPU, once its CUDA events complete).
 """
 
 from __future__ import annotations
@@ -112,9 +112,12 @@ class ObservedCounters(TableCounters):
         new.histogram = histogram
         return new
 
-    def record(self, rows: int, unique: int, tier_bytes: dict[str, int], seconds: float) -> None:
+    def record(
+        self, rows: int, unique: int, tier_bytes: dict[str, int], seconds: list[float]
+    ) -> None:
         super().record(rows, unique, tier_bytes, seconds)
-        self.histogram.observe(seconds)
+        for duration in seconds:
+            self.histogram.observe(duration)
 
 
 _metrics: EngramMetrics | None = None

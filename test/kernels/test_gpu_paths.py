@@ -93,3 +93,18 @@ def test_hot_cache_steps_aside_in_a_cuda_graph() -> None:
         torch.cuda.synchronize()
         assert same_bits(out, reference(weight, scale, ids.cpu()))
     table.close()
+
+
+def test_gpu_lookups_are_timed_on_the_device() -> None:
+    """Durations come from CUDA events, read at a later lookup without a sync."""
+    from engram.tables.timing import LookupClock
+
+    clock = LookupClock(torch.device("cuda"))
+    a = torch.randn(4096, 4096, device="cuda")
+    mark = clock.start()
+    for _ in range(20):
+        a = a @ a / 64  # device work the host does not wait for
+    assert clock.stop(mark) == []  # not completed yet: nothing known
+    torch.cuda.synchronize()
+    (seconds,) = clock.stop(clock.start())  # the earlier one; this one's comes later
+    assert seconds > 1e-4
