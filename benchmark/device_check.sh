@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine: the GPU tests of engram_kernels, then the gather
-# benchmark. Runs on the machine's own torch and Triton (no SGLang, no package registry):
-# engram and engram_kernels are imported from this checkout via PYTHONPATH.
+# One call on a lent GPU machine: the GPU tests of engram_kernels and of the ssd/hot-cache
+# tables, then the gather benchmark. Runs on the machine's own torch and Triton (no SGLang,
+# no package registry): engram and engram_kernels are imported from this checkout via
+# PYTHONPATH.
 # Writes gpu_tests.log, bench.log and bench.json under $OUT when OUT is set.
 # Budget: under 8 minutes (tests <= 5, benchmark <= 3).
 #
@@ -35,7 +36,7 @@ if ! "$PY" -c "import pytest" 2>/dev/null; then
     fi
 fi
 
-timeout 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider test/kernels 2>&1 | save gpu_tests.log
+timeout 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider test/kernels test/ssd/test_gpu.py 2>&1 | save gpu_tests.log
 tests=${PIPESTATUS[0]}
 
 timeout 180 "$PY" benchmark/bench_gather.py 2>&1 | save bench.log
