@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from engram.fp8 import quantize_rows
 from engram.primes import prime_layout
@@ -53,6 +52,9 @@ def write_checkpoint(
         tensors[f"{prefix}layers.{layer}.engram.embed.weight"] = weight.view(torch.float8_e4m3fn)
         tensors[f"{prefix}layers.{layer}.engram.embed.scale"] = scale.view(torch.float8_e8m0fnu)
     tensors[f"{prefix}norm.weight"] = torch.ones(8, dtype=torch.bfloat16)
+    # NOTE: imported here: the lent GPU machine runs test_gpu.py without safetensors.
+    from safetensors.torch import save_file
+
     save_file(tensors, str(directory / "model.safetensors"))
     if with_config:
         (directory / "config.json").write_text(json.dumps(config))
