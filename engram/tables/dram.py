@@ -32,11 +32,13 @@ class DramTable(EngramTable):
         if self.device.type != "cuda":
             return
         from engram_kernels import UniqueCounter, register_host_table
+        from engram_kernels.lookup import warm_up
 
         self._handle = register_host_table(
             self.weight, self.scale, device=self.device, label="Engram dram table"
         )
         self._unique = UniqueCounter(self.device)
+        warm_up(self._handle.weight, self._handle.scale, self._unique)
 
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
         if self._handle is None:

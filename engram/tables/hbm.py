@@ -19,8 +19,10 @@ class HbmTable(EngramTable):
         self._unique = None
         if self.device.type != "cpu":
             from engram_kernels import UniqueCounter
+            from engram_kernels.lookup import warm_up
 
             self._unique = UniqueCounter(self.device)
+            warm_up(self.weight, self.scale, self._unique)
 
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
         ids = ids.to(self.device)

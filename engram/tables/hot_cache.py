@@ -41,8 +41,10 @@ class HotRowCache(EngramTable):
         if ids.is_cuda and torch.cuda.is_current_stream_capturing():
             # NOTE: the cache's dedup and probe need the host (sizes, masks), which a
             # CUDA graph cannot capture; captured lookups read the wrapped table (dram
-            # and hbm lookups are capture-safe kernels), eager ones use the cache.
-            return self.inner._gather(ids)
+            # and hbm lookups are capture-safe kernels), eager ones use the cache. The
+            # ids go as a fresh int64 tensor, like the eager misses, so the wrapped
+            # table launches the kernel variant it warmed up.
+            return self.inner._gather(ids.to(torch.int64, copy=True))
         ids = ids.to(self.device, torch.int64)
         unique, inverse = torch.unique(ids, return_inverse=True)
         slots = self.index.probe(unique)

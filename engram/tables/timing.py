@@ -36,10 +36,11 @@ class LookupClock:
         earlier lookups whose events have completed (this one's comes later)."""
         if isinstance(mark, float):
             return [time.perf_counter() - mark]
-        if mark is not None:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self._pending.append((mark, end))
+        if mark is None:
+            return []  # NOTE: captured: even querying an event would break the capture
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self._pending.append((mark, end))
         done = []
         while self._pending and self._pending[0][1].query():
             begin, end = self._pending.popleft()

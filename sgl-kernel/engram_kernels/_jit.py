@@ -31,9 +31,24 @@ def _interpreting() -> bool:
 INTERPRET = _interpreting()
 
 
-def kernel(fn: Callable) -> Callable:
-    """``triton.jit``, or the Triton interpreter when this process interprets."""
-    return InterpretedFunction(fn) if INTERPRET else triton.jit(fn)
+def kernel(fn: Callable | None = None, *, sizes: tuple[str, ...] = ()) -> Callable:
+    """``triton.jit``, or the Triton interpreter when this process interprets.
+
+    ``sizes`` names integer arguments that vary from launch to launch (batch sizes,
+    masks): Triton then compiles no variant per value (divisible by 16, equal to 1),
+    so one compilation serves every size.
+
+    NOTE: this is what lets a CUDA graph capture a lookup: loading a newly compiled
+    kernel is not allowed while a stream is capturing, so every variant a capture
+    launches must have been launched eagerly first (see ``lookup.warm_up``).
+    """
+
+    def wrap(f: Callable) -> Callable:
+        if INTERPRET:
+            return InterpretedFunction(f)
+        return triton.jit(f, do_not_specialize=list(sizes))
+
+    return wrap(fn) if fn is not None else wrap
 
 
 def block(gpu: int, interpreted: int) -> int:

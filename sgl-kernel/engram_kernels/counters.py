@@ -21,6 +21,15 @@ class UniqueCounter:
         self._host = torch.zeros(1, dtype=torch.int64, pin_memory=on_gpu)
         self._event: torch.cuda.Event | None = None
         self._reported = 0
+        self._scratch: UniqueCounter | None = None
+
+    @property
+    def scratch(self) -> UniqueCounter:
+        """A counter on the same device that nobody reads: kernels that must count
+        (to stay the same compiled variant) but whose rows must not be reported."""
+        if self._scratch is None:
+            self._scratch = UniqueCounter(self.device)
+        return self._scratch
 
     def take(self) -> int:
         """Rows counted since the last ``take`` that can be read without waiting."""

@@ -74,7 +74,7 @@ def _claim_kernel(ids_ptr, n, num_rows, src_ptr, keys_ptr, cap_mask, BLOCK: tl.c
     tl.store(src_ptr + pos, src, mask=in_batch)
 
 
-@kernel
+@kernel(sizes=("n",))
 def _expand_kernel(
     out_ptr, src_ptr, n, ROW: tl.constexpr, ROW_P2: tl.constexpr, BLOCK: tl.constexpr
 ):

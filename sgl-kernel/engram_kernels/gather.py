@@ -32,7 +32,7 @@ from engram_kernels.operands import (
 GATHER_ROWS = block(16, 128)
 
 
-@kernel
+@kernel(sizes=("n", "num_rows", "cap_mask"))
 def _gather_kernel(
     w_addr,
     s_addr,

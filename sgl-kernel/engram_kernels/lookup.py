@@ -39,6 +39,18 @@ def counted_lookup(
         scale,
         ids,
         dedup=ids.numel() >= dedup_min_rows,
-        unique_counter=None if capturing else counter,
+        # NOTE: a captured launch counts into a scratch counter: the same compiled
+        # variant as the eager launches (no kernel may load during a capture), and
+        # replays, which no host code sees, stay unreported.
+        unique_counter=counter.scratch if capturing else counter,
     )
     return rows, 0 if capturing else counter.take()
+
+
+def warm_up(weight: TableArray, scale: TableArray, counter: UniqueCounter) -> None:
+    """Compile and load, eagerly, the gather variants ``counted_lookup`` launches for
+    this table (with and without dedup), so that a CUDA graph capture of a lookup of
+    any size never has to load a kernel."""
+    ids = torch.zeros(2, dtype=torch.int64, device=counter.device)
+    for dedup in (False, True):
+        gather_dequant(weight, scale, ids, dedup=dedup, unique_counter=counter.scratch)

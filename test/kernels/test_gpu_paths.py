@@ -82,8 +82,8 @@ def test_hot_cache_steps_aside_in_a_cuda_graph() -> None:
     for _ in range(3):
         assert same_bits(table.lookup(eager.cuda()), reference(weight, scale, eager))
     assert table.stats()["hot_cache_hits"] > 0
+    # NOTE: no eager lookup of this shape first: the table warmed its kernels up.
     ids = torch.randint(0, 5000, (4, 48), device="cuda")
-    table.lookup(ids)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = table.lookup(ids)
@@ -106,5 +106,5 @@ def test_gpu_lookups_are_timed_on_the_device() -> None:
         a = a @ a / 64  # device work the host does not wait for
     assert clock.stop(mark) == []  # not completed yet: nothing known
     torch.cuda.synchronize()
-    (seconds,) = clock.stop(clock.start())  # the earlier one; this one's comes later
-    assert seconds > 1e-4
+    got = clock.stop(clock.start())  # the earlier one (this one's may be done too)
+    assert got and got[0] > 1e-4
