@@ -19,7 +19,7 @@ SCALE_NAN = 255
 
 def _scale_lut() -> torch.Tensor:
     """fp32 value of every exponent byte, built from bits so it is exact."""
-    bits = torch.arange(256, dtype=torch.int32) << 23
+    bits = torch.arange(256, dtype=torch.int32, device="cpu") << 23
     bits[0] = 1 << 22  # 2**-127 is the fp32 subnormal 0x00400000
     bits[SCALE_NAN] = 0x7FC00000
     return bits.view(torch.float32)

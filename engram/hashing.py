@@ -34,7 +34,7 @@ class NgramHasher:
     ):
         """``token_map`` maps raw token ids to compressed ids; ``pad_id`` is the *raw*
         pad token id (default ``spec.pad_token_id``), compressed through the map."""
-        token_map = torch.as_tensor(token_map, dtype=torch.int64).cpu()
+        token_map = torch.as_tensor(token_map, dtype=torch.int64, device="cpu")
         if token_map.ndim != 1 or token_map.numel() == 0:
             raise EngramInputError("token_map must be a non-empty 1-D tensor of compressed ids")
         compressed_vocab = int(token_map.max()) + 1
@@ -69,9 +69,9 @@ class NgramHasher:
     def hash(self, token_ids: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
         """Row ids of one request's chunk. ``history`` holds the up-to ``N - 1`` tokens
         before it (fewer, or ``None``, at the start of the sequence)."""
-        token_ids = torch.as_tensor(token_ids, dtype=torch.int64).reshape(-1)
+        token_ids = torch.as_tensor(token_ids, dtype=torch.int64, device="cpu").reshape(-1)
         hist = self.history_row(history)
-        lens = torch.tensor([token_ids.numel()], dtype=torch.int64)
+        lens = torch.tensor([token_ids.numel()], dtype=torch.int64, device="cpu")
         return self.hash_batch(token_ids, lens, hist.unsqueeze(0))
 
     def hash_batch(
@@ -90,16 +90,16 @@ class NgramHasher:
         n1 = self.window - 1
         token_ids, seq_lens, histories = _as_long(token_ids, seq_lens, histories)
         combined, _, ends = _with_histories(token_ids, seq_lens, histories, n1)
-        idx = ends.unsqueeze(1) - torch.arange(n1, 0, -1, dtype=torch.int64)
+        idx = ends.unsqueeze(1) - torch.arange(n1, 0, -1, dtype=torch.int64, device="cpu")
         return combined[idx]
 
     def history_row(self, history: torch.Tensor | list[int] | None) -> torch.Tensor:
         """Left-pad up to ``N - 1`` predecessors with ``-1`` into one history row."""
         n1 = self.window - 1
-        row = torch.full((n1,), NO_TOKEN, dtype=torch.int64)
+        row = torch.full((n1,), NO_TOKEN, dtype=torch.int64, device="cpu")
         if history is None:
             return row
-        hist = torch.as_tensor(history, dtype=torch.int64).reshape(-1)[-n1:]
+        hist = torch.as_tensor(history, dtype=torch.int64, device="cpu").reshape(-1)[-n1:]
         if hist.numel():
             row[n1 - hist.numel() :] = hist
         return row
@@ -115,7 +115,7 @@ class NgramHasher:
         token_ids, seq_lens, histories = _as_long(token_ids, seq_lens, histories)
         self._check(token_ids, seq_lens, histories)
         combined, pos, _ = _with_histories(token_ids, seq_lens, histories, n - 1)
-        win = combined[pos.unsqueeze(1) - torch.arange(n, dtype=torch.int64)]
+        win = combined[pos.unsqueeze(1) - torch.arange(n, dtype=torch.int64, device="cpu")]
         blocked = win < 0
         if self.image_token_id is not None:
             blocked |= win == self.image_token_id
@@ -133,11 +133,11 @@ class NgramHasher:
         # products[t, l, s] = comp[t, s] * mult[l, s]; never overflows (see spec).
         products = comp.unsqueeze(1) * self.multipliers.unsqueeze(0)
         # folded[:, :, i - 1] is the xor-fold of shifts 0..i: the (i + 1)-gram's hash.
-        folded = torch.empty((t, layers, n - 1), dtype=torch.int64)
+        folded = torch.empty((t, layers, n - 1), dtype=torch.int64, device="cpu")
         torch.bitwise_xor(products[:, :, 0], products[:, :, 1], out=folded[:, :, 0])
         for i in range(2, n):
             torch.bitwise_xor(folded[:, :, i - 2], products[:, :, i], out=folded[:, :, i - 1])
-        out = torch.empty((t, layers, n - 1, heads), dtype=torch.int64)
+        out = torch.empty((t, layers, n - 1, heads), dtype=torch.int64, device="cpu")
         torch.remainder(folded.unsqueeze(-1), self.primes, out=out)
         out = out.view(t, layers, (n - 1) * heads)
         out += self.offsets
@@ -175,13 +175,15 @@ def _with_histories(
     """Concatenate ``[history_b, chunk_b]`` for every request. Returns the flat buffer,
     the index of every chunk token in it, and per request the index one past its end."""
     b = seq_lens.numel()
-    req = torch.repeat_interleave(torch.arange(b), seq_lens, output_size=token_ids.numel())
+    req = torch.repeat_interleave(
+        torch.arange(b, device="cpu"), seq_lens, output_size=token_ids.numel()
+    )
     # each request's history block adds (N - 1) slots before its own chunk
-    tok_pos = torch.arange(token_ids.numel(), dtype=torch.int64) + (req + 1) * n1
+    tok_pos = torch.arange(token_ids.numel(), dtype=torch.int64, device="cpu") + (req + 1) * n1
     ends = torch.cumsum(seq_lens + n1, 0)
-    combined = torch.empty(int(ends[-1]) if b else 0, dtype=torch.int64)
+    combined = torch.empty(int(ends[-1]) if b else 0, dtype=torch.int64, device="cpu")
     combined[tok_pos] = token_ids
-    hist_pos = (ends - seq_lens - n1).unsqueeze(1) + torch.arange(n1)
+    hist_pos = (ends - seq_lens - n1).unsqueeze(1) + torch.arange(n1, device="cpu")
     combined[hist_pos.reshape(-1)] = histories.reshape(-1)
     return combined, tok_pos, ends
 
@@ -190,7 +192,7 @@ def _as_long(
     token_ids: torch.Tensor, seq_lens: torch.Tensor, histories: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (
-        torch.as_tensor(token_ids, dtype=torch.int64).reshape(-1),
-        torch.as_tensor(seq_lens, dtype=torch.int64).reshape(-1),
-        torch.as_tensor(histories, dtype=torch.int64),
+        torch.as_tensor(token_ids, dtype=torch.int64, device="cpu").reshape(-1),
+        torch.as_tensor(seq_lens, dtype=torch.int64, device="cpu").reshape(-1),
+        torch.as_tensor(histories, dtype=torch.int64, device="cpu"),
     )

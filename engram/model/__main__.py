@@ -98,10 +98,16 @@ def parser() -> argparse.ArgumentParser:
         "about this many rows (default 5000)",
     )
     build.add_argument(
-        "--engram-max-ngram-size", type=int, default=3, help="N, the longest n-gram (default 3)"
+        "--engram-max-ngram-size",
+        type=int,
+        default=4,
+        help="N, the longest n-gram (default 4; SGLang's hash kernel needs a power of two)",
     )
     build.add_argument(
-        "--engram-n-heads", type=int, default=4, help="hash heads per n-gram order (default 4)"
+        "--engram-n-heads",
+        type=int,
+        default=4,
+        help="hash heads per n-gram order (default 4; SGLang's hash kernel needs a power of two)",
     )
     build.set_defaults(func=_build)
 

@@ -46,7 +46,7 @@ class BuildOptions:
     engram_layer_ids: tuple[int, ...] = (1, 3)
     engram_variant: str = "v41"
     engram_vocab_size: int = 5000
-    engram_max_ngram_size: int = 3
+    engram_max_ngram_size: int = 4
     engram_n_heads: int = 4
 
 

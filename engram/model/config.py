@@ -43,7 +43,7 @@ class TinyEngramConfig:
     hc_mult: int = 1
     engram_variant: str = "v41"
     engram_layer_ids: tuple[int, ...] = (1, 3)
-    engram_max_ngram_size: int = 3
+    engram_max_ngram_size: int = 4
     engram_n_heads: int = 4
     engram_head_dim: int = 64
     engram_vocab_size: int = 5000

@@ -8,8 +8,12 @@ refuse anything else with an error naming the directory.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from engram.errors import EngramTableError
@@ -19,10 +23,42 @@ from engram.ssd.sources import RowSource
 from engram.ssd.writer import iter_chunks, partial_path, publish, require_space, written_bytes
 from engram.ssd.writer import write_table as _write_table
 
+logger = logging.getLogger(__name__)
+
 
 def ensure_table(
     path: Path, source: RowSource | None, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> TableManifest:
+    if (path / MANIFEST).exists() or source is None:
+        return _ensure(path, source, chunk_bytes)
+    # NOTE: processes that share a table (TP ranks of a model whose tables are not
+    # sharded, two servers on one disk) convert it once: the first holds the lock
+    # while it writes, the others then find the finished table.
+    with _exclusive(path) as lock_file:
+        manifest = _ensure(path, source, chunk_bytes)
+        # NOTE: removed only once the table is published: whoever locks the old or a
+        # new lock file from now on finds the table and reuses it.
+        lock_file.unlink(missing_ok=True)
+        return manifest
+
+
+@contextmanager
+def _exclusive(path: Path) -> Iterator[Path]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_file = path.parent / f".{path.name}.lock"
+    with open(lock_file, "a+b") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.info("waiting for another process that is writing the SSD table %s", path)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield lock_file
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _ensure(path: Path, source: RowSource | None, chunk_bytes: int) -> TableManifest:
     if (path / MANIFEST).exists():
         manifest = TableManifest.load(path)
         if source is not None:

@@ -18,7 +18,7 @@ from engram.ssd.set_assoc import SetAssociativeIndex
 class RowCache:
     def __init__(self, capacity_bytes: int, row_bytes: int, *, ways: int = 8):
         self.index = SetAssociativeIndex(max(1, capacity_bytes // row_bytes), ways)
-        self.rows = torch.empty((self.index.capacity, row_bytes), dtype=torch.uint8)
+        self.rows = torch.empty((self.index.capacity, row_bytes), dtype=torch.uint8, device="cpu")
         self.hits = 0
         self.misses = 0
         self._lock = threading.Lock()

@@ -38,7 +38,9 @@ class StagingBuffers:
         buffer = self._buffers[index]
         if buffer is None or buffer.shape[0] < rows:
             size = max(MIN_ROWS, 1 << (rows - 1).bit_length())
-            buffer = torch.empty((size, self.row_bytes), dtype=torch.uint8, pin_memory=self._pinned)
+            buffer = torch.empty(
+                (size, self.row_bytes), dtype=torch.uint8, device="cpu", pin_memory=self._pinned
+            )
             self._buffers[index] = buffer
         return index, buffer[:rows]
 

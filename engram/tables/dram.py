@@ -77,7 +77,7 @@ def packed_host_rows(
         # would round a 94 GiB table up to 128 GiB.
         packed = alloc_host_buffer(max(num_rows, 1) * row_bytes)[: num_rows * row_bytes]
     else:
-        packed = torch.empty(num_rows * row_bytes, dtype=torch.uint8)
+        packed = torch.empty(num_rows * row_bytes, dtype=torch.uint8, device="cpu")
     packed = packed.view(num_rows, row_bytes)
     return packed[:, :head_dim], packed[:, head_dim:]
 

@@ -105,7 +105,7 @@ class SsdTable(EngramTable):
             self._cache_hits = self._read(unique, rows)
         elif need.any():
             where = np.flatnonzero(need)
-            part = torch.empty((where.size, self.row_bytes), dtype=torch.uint8)
+            part = torch.empty((where.size, self.row_bytes), dtype=torch.uint8, device="cpu")
             self._cache_hits = self._read(unique[where], part)
             rows[torch.from_numpy(where)] = part
         return unique, inverse, rows, index
@@ -138,7 +138,7 @@ class SsdTable(EngramTable):
         target = (
             out
             if miss.size == ids.size
-            else torch.empty((miss.size, self.row_bytes), dtype=torch.uint8)
+            else torch.empty((miss.size, self.row_bytes), dtype=torch.uint8, device="cpu")
         )
         try:
             self._reader.read_rows(miss, target)
@@ -186,7 +186,9 @@ class SsdTable(EngramTable):
             self._reader.warm(ids)
             return None
         pinned = self.device.type == "cuda"
-        rows = torch.empty((ids.size, self.row_bytes), dtype=torch.uint8, pin_memory=pinned)
+        rows = torch.empty(
+            (ids.size, self.row_bytes), dtype=torch.uint8, device="cpu", pin_memory=pinned
+        )
         self._read(ids, rows)
         return rows
 

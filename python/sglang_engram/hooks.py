@@ -77,6 +77,13 @@ HOOKS: tuple[Hook, ...] = (
         "skip reading Engram table tensors that the placement does not load",
     ),
     Hook(
+        "sglang.srt.model_loader.weight_utils",
+        "buffered_multi_thread_safetensors_weights_iterator",
+        "sglang_engram.loading:skip_engram_tables_threaded",
+        "AROUND",
+        "the same with SGLang's default (multi-threaded) loader",
+    ),
+    Hook(
         "sglang.srt.layers.engram",
         "EngramEmbedding",
         "sglang_engram.dsv4:PlacedEngramEmbedding",

@@ -2,7 +2,8 @@
 
 With ``--engram-offload off`` (and for an ssd table already converted) the table
 weights must cost neither host nor device memory, so their tensors are never
-materialised: the safetensors iterator is wrapped to leave their names out.
+materialised: SGLang's safetensors iterators (single- and multi-threaded) are wrapped
+to leave their names out. (The non-default ``fastsafetensors`` load format is not.)
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from typing import Any
 
 import torch
@@ -52,6 +56,43 @@ def is_skipped(name: str) -> bool:
         return match is not None and int(match.group(1)) in _skip_layers
 
 
+def _active() -> bool:
+    with _skip_lock:
+        return _skip_all_tables or bool(_skip_layers)
+
+
+def _kept_tensors(path: str) -> tuple[list[tuple[str, torch.Tensor]], int]:
+    """The tensors of one safetensors file that are not skipped (the skipped ones are
+    never read), and how many were skipped."""
+    import safetensors
+
+    kept, skipped = [], 0
+    with safetensors.safe_open(path, framework="pt", device="cpu") as f:
+        for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+            if is_skipped(name):
+                skipped += 1
+            else:
+                kept.append((name, f.get_tensor(name)))
+    return kept, skipped
+
+
+def _filtered(files: list[str], workers: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every kept tensor of ``files``, in file order; ``workers`` files are read ahead
+    at a time (as SGLang's multi-thread loader does)."""
+    skipped = 0
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        remaining = iter(files)
+        window = deque(pool.submit(_kept_tensors, p) for p in islice(remaining, workers))
+        while window:
+            kept, count = window.popleft().result()
+            following = next(remaining, None)
+            if following is not None:
+                window.append(pool.submit(_kept_tensors, following))
+            skipped += count
+            yield from kept
+    logger.info("sglang-engram: left %d Engram table tensors unread", skipped)
+
+
 def skip_engram_tables(
     original: Callable[..., Iterator[tuple[str, torch.Tensor]]],
     hf_weights_files: list[str],
@@ -60,19 +101,23 @@ def skip_engram_tables(
     **kwargs: Any,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """AROUND ``safetensors_weights_iterator``: same tensors, minus skipped tables."""
-    with _skip_lock:
-        active = _skip_all_tables or bool(_skip_layers)
-    if not active or disable_mmap:
+    if not _active() or disable_mmap:
         yield from original(hf_weights_files, disable_mmap, *args, **kwargs)
         return
-    import safetensors
+    yield from _filtered(hf_weights_files, 1)
 
-    skipped = 0
-    for path in hf_weights_files:
-        with safetensors.safe_open(path, framework="pt", device="cpu") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
-                if is_skipped(name):
-                    skipped += 1
-                    continue
-                yield name, f.get_tensor(name)
-    logger.info("sglang-engram: left %d Engram table tensors unread", skipped)
+
+def skip_engram_tables_threaded(
+    original: Callable[..., Iterator[tuple[str, torch.Tensor]]],
+    hf_weights_files: list[str],
+    max_workers: int,
+    disable_mmap: bool = False,
+    *args: Any,
+    **kwargs: Any,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """AROUND ``buffered_multi_thread_safetensors_weights_iterator`` (SGLang's default
+    loader): same tensors, minus skipped tables, files still read in parallel."""
+    if not _active() or disable_mmap:
+        yield from original(hf_weights_files, max_workers, disable_mmap, *args, **kwargs)
+        return
+    yield from _filtered(hf_weights_files, max_workers)

@@ -65,7 +65,7 @@ def _prefetch(targets: list[Target], row_ids: torch.Tensor) -> list[tuple[object
 def _token_ids(hasher: NgramHasher, ids: Sequence[int]) -> torch.Tensor:
     """``ids`` as the hasher reads them: SGLang's multimodal pad ids (past the
     vocabulary) are the model's image token, as in upstream's hasher."""
-    tokens = torch.as_tensor(ids, dtype=torch.int64)
+    tokens = torch.as_tensor(ids, dtype=torch.int64, device="cpu")
     if hasher.image_token_id is not None:
         tokens = tokens.masked_fill(tokens >= hasher.vocab_size, hasher.image_token_id)
     return tokens
@@ -101,7 +101,7 @@ def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]])
         return 0
     row_ids = hasher.hash_batch(
         torch.stack([tail[-1] for tail in tails]),
-        torch.ones(len(tails), dtype=torch.int64),
+        torch.ones(len(tails), dtype=torch.int64, device="cpu"),
         torch.stack([hasher.history_row(tail[:-1]) for tail in tails]),
     )
     started = _prefetch(targets, row_ids)

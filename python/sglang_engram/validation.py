@@ -58,6 +58,8 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None) -> None
             )
         return
     spec = _spec_or_none(hf_config)
+    if spec is not None and config.enabled:
+        check_servable(spec, hf_config)
     if config.offload == "ssd":
         check_ssd_dir(config.ssd_dir, spec, model_path)
     elif config.ssd_dir:
@@ -90,6 +92,27 @@ def _spec_or_none(hf_config: dict[str, Any] | None) -> EngramSpec | None:
         return EngramSpec.from_hf_config(hf_config)
     except EngramConfigError as exc:
         raise EngramStartupError(f"the model's Engram config is inconsistent: {exc}") from exc
+
+
+def check_servable(spec: EngramSpec, hf_config: dict[str, Any]) -> None:
+    """What SGLang's Engram path can run: its hash kernel (CUDA) takes N and the head
+    count as powers of two, and its Engram layer is the V4.1 variant."""
+    for flag, value in (
+        ("engram_max_ngram_size", spec.max_ngram_size),
+        ("engram_n_heads", spec.n_heads),
+    ):
+        if value & (value - 1):
+            raise EngramStartupError(
+                f"the model's {flag} is {value}: SGLang's Engram hash kernel needs a power "
+                "of two; rebuild the model (python -m engram.model build) with 2, 4 or 8, "
+                "or pass --engram-offload off"
+            )
+    variant = hf_config.get("engram_variant", "v41")
+    if variant != "v41":
+        raise EngramStartupError(
+            f"the model's engram_variant is {variant!r}: SGLang serves the V4.1 Engram "
+            "layer only (the core library runs the others: python -m engram.model generate)"
+        )
 
 
 def check_ssd_dir(

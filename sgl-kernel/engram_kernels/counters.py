@@ -18,7 +18,7 @@ class UniqueCounter:
         self.device = torch.device(device)
         self.total = torch.zeros(1, dtype=torch.int64, device=self.device)
         on_gpu = self.device.type != "cpu"
-        self._host = torch.zeros(1, dtype=torch.int64, pin_memory=on_gpu)
+        self._host = torch.zeros(1, dtype=torch.int64, device="cpu", pin_memory=on_gpu)
         self._event: torch.cuda.Event | None = None
         self._reported = 0
         self._scratch: UniqueCounter | None = None

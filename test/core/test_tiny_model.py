@@ -81,7 +81,7 @@ def test_layout_is_the_documented_one(model_dir):
                     num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                     rms_norm_eps=1e-6, rope_theta=10000, max_position_embeddings=4096,
                     tie_word_embeddings=False, torch_dtype="bfloat16", hc_mult=1,
-                    engram_variant="v41", engram_layer_ids=[1, 3], engram_max_ngram_size=3,
+                    engram_variant="v41", engram_layer_ids=[1, 3], engram_max_ngram_size=4,
                     engram_n_heads=4, engram_head_dim=64)  # fmt: skip
     assert {k: cfg[k] for k in expected} == expected
     config = TinyEngramConfig.from_dict(cfg)
@@ -93,7 +93,7 @@ def test_layout_is_the_documented_one(model_dir):
     assert tok.pad_token_id == cfg["pad_token_id"] == cfg["engram_pad_token_id"]
     assert build_token_map(tok, cache=False)[1] == cfg["engram_compressed_vocab_size"]
 
-    n_cols, hidden = (3 - 1) * 4, 128
+    n_cols, hidden = (4 - 1) * 4, 128
     with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
         names = set(f.keys())
         for i in (1, 3):
@@ -127,7 +127,10 @@ def test_every_stored_placement_gives_identical_logits(model_dir, hbm_model, pla
     model = TinyEngramModel.from_pretrained(model_dir, placement, ssd_dir=tmp_path)
     try:
         assert torch.equal(model(prompt), hbm_model(prompt))
-        assert all(t.counters.rows_requested == len(prompt) * 8 for t in model.tables.values())
+        columns = (4 - 1) * 4  # (N - 1) x heads
+        assert all(
+            t.counters.rows_requested == len(prompt) * columns for t in model.tables.values()
+        )
     finally:
         model.close()
 
@@ -155,7 +158,8 @@ def test_incremental_decoding_matches_full_recompute(hbm_model):
         parts.append(hbm_model(seq[start:end], state))
         start = end
     torch.testing.assert_close(torch.cat(parts), hbm_model(seq), atol=0.05, rtol=0.02)
-    assert state.length == len(seq) and state.tail.tolist() == seq[-2:]
+    n1 = hbm_model.config.engram_max_ngram_size - 1
+    assert state.length == len(seq) and state.tail.tolist() == seq[-n1:]
 
 
 def test_paper_variant_decodes_incrementally(tmp_path, monkeypatch):

@@ -161,16 +161,26 @@ def test_loader_never_reads_skipped_tables(sglang_with_plugin, tmp_path):
         "layers.1.engram.wkv.weight": torch.randn(8, 4),
         "embed.weight": torch.randn(16, 4),
     }
-    path = tmp_path / "model.safetensors"
-    safetensors.torch.save_file(tensors, str(path))
-    try:
-        loading.skip_tables(layers={1})
-        got = dict(weight_utils.safetensors_weights_iterator([str(path)]))
-    finally:
-        loading.reset_skips()
-    assert set(got) == {"layers.1.engram.wkv.weight", "embed.weight"}
-    assert all(torch.equal(got[k], tensors[k]) for k in got)
-    assert set(dict(weight_utils.safetensors_weights_iterator([str(path)]))) == set(tensors)
+    # two shards, each with its share of the tensors
+    names = sorted(tensors)
+    files = [str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")]
+    safetensors.torch.save_file({k: tensors[k] for k in names[::2]}, files[0])
+    safetensors.torch.save_file({k: tensors[k] for k in names[1::2]}, files[1])
+    iterators = {
+        "single": weight_utils.safetensors_weights_iterator,
+        "threaded": lambda f: weight_utils.buffered_multi_thread_safetensors_weights_iterator(
+            f, max_workers=2
+        ),
+    }
+    for kind, iterate in iterators.items():
+        try:
+            loading.skip_tables(layers={1})
+            got = dict(iterate(files))
+        finally:
+            loading.reset_skips()
+        assert set(got) == {"layers.1.engram.wkv.weight", "embed.weight"}, kind
+        assert all(torch.equal(got[k], tensors[k]) for k in got)
+        assert set(dict(iterate(files))) == set(tensors), kind
 
 
 @pytest.mark.parametrize("offload", ["hbm", "dram"])

@@ -142,6 +142,20 @@ def test_slot_hasher_uses_the_core_layout(hashers):
     assert ours.pad_id == reference.pad_compressed
 
 
+def test_slot_hasher_buffers_follow_the_model_build_device(sglang_with_plugin):
+    """SGLang builds the model under ``with torch.device(<gpu>)`` and never moves it:
+    the hash constants must land there (``meta`` stands in for the GPU)."""
+    from sglang_engram.models.hasher import SlotHasher
+
+    spec = EngramSpec.from_hf_config(engram_fields())
+    token_map = random_token_map(VOCAB, random.randint(50, 200))
+    with torch.device("meta"):
+        hasher = SlotHasher(spec, token_map)
+    for name in ("token_map", "multipliers", "primes", "offsets"):
+        assert getattr(hasher, name).device.type == "meta", name
+    assert hasher.reference.token_map.device.type == "cpu"  # the read-ahead hashes on the host
+
+
 def test_chunked_prefill_then_decode_hash_like_one_pass(hashers):
     ours, reference = hashers
     ours.init_history(8, "cpu")

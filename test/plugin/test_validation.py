@@ -111,3 +111,24 @@ def test_inconsistent_engram_config_is_named(tmp_path):
     model = write_model_dir(tmp_path / "bad", cfg)
     with pytest.raises(EngramStartupError, match="primes sum to"):
         check_startup(EngramServerConfig(), model_path=str(model))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"n": 3}, "engram_max_ngram_size is 3: SGLang's Engram hash kernel needs a power of two"),
+        ({"heads": 3}, "engram_n_heads is 3: SGLang's Engram hash kernel needs a power of two"),
+    ],
+)
+def test_layouts_sglangs_hash_kernel_cannot_run_are_refused(tmp_path, fields, message):
+    model = str(write_model_dir(tmp_path / "m", tiny_config(**fields)))
+    with pytest.raises(EngramStartupError, match=message):
+        check_startup(EngramServerConfig(), model_path=model)
+    check_startup(EngramServerConfig(offload="off"), model_path=model)  # nothing hashed
+
+
+def test_other_engram_variants_are_refused(tmp_path):
+    config = {**tiny_config(), "engram_variant": "paper"}
+    model = str(write_model_dir(tmp_path / "m", config))
+    with pytest.raises(EngramStartupError, match="engram_variant is 'paper'"):
+        check_startup(EngramServerConfig(offload="hbm"), model_path=model)

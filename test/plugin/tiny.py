@@ -17,7 +17,7 @@ TINY_ARCH = "EngramQwen3ForCausalLM"
 
 def engram_fields(
     layer_ids: tuple[int, ...] = (1, 3),
-    n: int = 3,
+    n: int = 4,
     heads: int = 4,
     head_dim: int = 64,
     vocab_start: int | None = None,

@@ -246,3 +246,35 @@ def test_converts_the_tiny_model(tmp_path: Path) -> None:
         assert torch.equal(
             _lookup_all(tmp_path / "ssd", layer, config["engram_head_dim"], ids), hbm.lookup(ids)
         )
+
+
+def test_processes_sharing_a_table_convert_it_once(tmp_path: Path) -> None:
+    """Two processes (say two TP ranks) create the same ssd table at once: one writes
+    it, the other waits and reuses it; both serve the same rows."""
+    weight, scale = random_table(30_000, 256)
+    torch.save({"weight": weight, "scale": scale}, tmp_path / "rows.pt")
+    go = tmp_path / "go"
+    script = (
+        "import os, sys, time, torch\n"
+        "from engram.tables import create_table\n"
+        "rows = torch.load(sys.argv[1])\n"
+        "print('ready', flush=True)\n"
+        "while not os.path.exists(sys.argv[3]): time.sleep(0.001)\n"
+        "create_table('ssd', rows['weight'], rows['scale'], path=sys.argv[2])\n"
+    )
+    argv = [sys.executable, "-c", script, str(tmp_path / "rows.pt"), str(tmp_path / "t"), str(go)]
+    children = [
+        subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for child in children:  # both loaded: start them together
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    go.touch()
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-2000:]
+    ids = torch.randint(0, weight.shape[0], (500,))
+    hbm = create_table("hbm", weight, scale)
+    with create_table("ssd", None, None, path=tmp_path / "t") as table:
+        assert torch.equal(table.lookup(ids).view(torch.int16), hbm.lookup(ids).view(torch.int16))
+    assert not (tmp_path / "t.partial").exists()

@@ -38,7 +38,7 @@ class RowReader(ABC):
 
     def warm(self, ids: np.ndarray) -> None:
         """Bring the pages of ``ids`` into the page cache without keeping a copy."""
-        scratch = torch.empty((len(ids), self.layout.row_bytes), dtype=torch.uint8)
+        scratch = torch.empty((len(ids), self.layout.row_bytes), dtype=torch.uint8, device="cpu")
         self.read_rows(ids, scratch)
 
     def refresh_residency(self) -> None:  # noqa: B027 - only the mmap reader keeps a map

@@ -57,7 +57,9 @@ class PreadReader(RowReader):
         out: torch.Tensor,
     ) -> None:
         layout = self.layout
-        buffer = torch.empty(int(slots[-1] + runs[-1, 1]) * layout.block_bytes, dtype=torch.uint8)
+        buffer = torch.empty(
+            int(slots[-1] + runs[-1, 1]) * layout.block_bytes, dtype=torch.uint8, device="cpu"
+        )
         groups = np.array_split(np.arange(len(runs)), min(len(runs), self._threads * 2))
         futures = [self._pool.submit(self._read_runs, runs[g], slots[g], buffer) for g in groups]
         for future in futures:

@@ -37,10 +37,14 @@ class SlotHasher(EngramHasher):
         self.spec = spec
         self.max_ngram_size = spec.max_ngram_size
         self.pad_id = reference.pad_compressed
-        self.register_buffer("token_map", reference.token_map.clone(), persistent=False)
-        self.register_buffer("multipliers", reference.multipliers.clone(), persistent=False)
-        self.register_buffer("primes", reference.primes.clone(), persistent=False)
-        self.register_buffer("offsets", reference.offsets.clone(), persistent=False)
+        # NOTE: SGLang builds the model inside ``with torch.device(<gpu>)`` and never
+        # moves it afterwards; the reference's tensors are host tensors, so they are
+        # copied to that device here (upstream's hasher creates its buffers there).
+        device = torch.get_default_device()
+        for name in ("token_map", "multipliers", "primes", "offsets"):
+            self.register_buffer(
+                name, getattr(reference, name).to(device, copy=True), persistent=False
+            )
         self.image_token_id = image_token_id
         self.history: torch.Tensor | None = None
         self.pad_row = 0
