@@ -141,11 +141,12 @@ def engram_forward(
 def after_model_init(
     result: None, model: nn.Module, config: object, *_: object, **__: object
 ) -> None:
-    """AFTER ``DeepseekV4Model.__init__``: with ``ssd`` tables, hand the model's hash
-    constants (layout and compressed token map) to the read-ahead as an
-    ``engram.NgramHasher``, so the scheduler reads each prompt's rows before its prefill."""
+    """AFTER ``DeepseekV4Model.__init__``: with ``ssd`` tables and prefetch on, hand
+    the model's hash constants (layout and compressed token map) to the read-ahead as
+    an ``engram.NgramHasher``, so the scheduler reads rows before the lookups."""
     upstream = getattr(model, "engram_hasher", None)
-    if upstream is None or current_config().offload != "ssd":
+    server = current_config()
+    if upstream is None or server.offload != "ssd" or not server.prefetch:
         return
     spec = EngramSpec.from_hf_config(config)
     table_registry.set_hasher(

@@ -142,9 +142,9 @@ def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
         shard.close()
 
 
-@pytest.mark.parametrize("offload", ["ssd", "dram"])
+@pytest.mark.parametrize(("offload", "prefetch"), [("ssd", True), ("dram", True), ("ssd", False)])
 def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
-    cpu_context, monkeypatch, tmp_path: Path, offload: str
+    cpu_context, monkeypatch, tmp_path: Path, offload: str, prefetch: bool
 ) -> None:
     """Upstream's DeepSeek-V4.1 EngramHasher (built from a tokenizer) becomes our
     NgramHasher for the read-ahead, hashing prompts bit-exactly as upstream does. The
@@ -161,12 +161,13 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
     config = SimpleNamespace(**fields, engram_compressed_vocab_size=compressed)
     layout = EngramLayout.from_config(config)
     upstream = EngramHasher(layout, tokenizer, config.engram_pad_token_id, compressed)
-    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+    server = EngramServerConfig(offload=offload, prefetch=prefetch)
+    monkeypatch.setenv(ENV_VAR, server.to_json())
     table_registry.clear()
     try:
         after_model_init(None, SimpleNamespace(engram_hasher=upstream), config)
         ours = table_registry.hasher()
-        if offload != "ssd":
+        if offload != "ssd" or not prefetch:
             assert ours is None  # nothing to read ahead
             return
         prompt = torch.randint(0, len(tokenizer), (random.randint(1, 64),))

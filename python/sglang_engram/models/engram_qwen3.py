@@ -109,11 +109,15 @@ class EngramQwen3Model(nn.Module):
         self.engram_hasher = (
             SlotHasher.for_tokenizer(self.spec, load_serving_tokenizer()) if self.blocks else None
         )
-        if self.engram_hasher is not None:
-            # the scheduler hashes admitted prompts with it to read SSD rows ahead
+        if self.engram_hasher is not None and engram.prefetch:
+            # the scheduler hashes prompts and new tokens with it to read SSD rows ahead
             table_registry.set_hasher(self.engram_hasher.reference)
+        # NOTE: only device lookups go on the side stream early; an ssd lookup reads
+        # files on the host, which before layer 0 would hold back every launch (the
+        # read-ahead above is its prefetch).
         self.prefetcher = LookupPrefetcher(
-            engram.prefetch, torch.device(torch.get_default_device())
+            engram.prefetch and engram.offload in ("hbm", "dram"),
+            torch.device(torch.get_default_device()),
         )
 
     def get_input_embeddings(self) -> nn.Module:
