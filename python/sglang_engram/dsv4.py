@@ -25,7 +25,7 @@ from engram.hashing import NgramHasher
 from engram.spec import FP8_BLOCK, EngramSpec
 from engram.tables import EngramTable
 from engram.tables.dram import packed_host_rows
-from sglang_engram import loading, placement, table_registry
+from sglang_engram import loading, placement, ssd_tables, table_registry
 from sglang_engram.config import EngramServerConfig, current_config
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
             num_embeddings, column_bounds, parallel.tp_rank, self.tp_size
         )
         self.rows = row_end - self.row_start
-        self.shard = f".tp{parallel.tp_rank}of{self.tp_size}" if self.tp_size > 1 else ""
+        self.shard = ssd_tables.shard_name(parallel.tp_rank, self.tp_size)
         self.host_table = None
         self.peer = None
         self._sort_host_reads = False

@@ -110,7 +110,11 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
 
     config = config_from_namespace(args)
     try:
-        check_startup(config, model_path=getattr(args, "model_path", None))
+        check_startup(
+            config,
+            model_path=getattr(args, "model_path", None),
+            tp_size=int(getattr(args, "tp_size", 1) or 1),
+        )
     except EngramStartupError as exc:
         # NOTE: a one-line exit, before any process is spawned or weight loaded.
         raise SystemExit(f"sglang-engram: error: {exc}") from None
@@ -134,13 +138,12 @@ def graph_policy(server_args: Any, config: EngramServerConfig) -> None:
     upstream's DeepSeek-V4.1 keeps its graphs with those.
     """
     from engram.spec import has_engram
-    from sglang_engram.models import ARCHITECTURES
-    from sglang_engram.validation import read_model_config
+    from sglang_engram.validation import is_tiny_model, read_model_config
 
     hf_config = read_model_config(getattr(server_args, "model_path", None)) or {}
     if not config.enabled or not has_engram(hf_config) or server_args.disable_cuda_graph:
         return
-    tiny = bool(set(hf_config.get("architectures") or ()) & set(ARCHITECTURES))
+    tiny = is_tiny_model(hf_config)
     if not (tiny or config.offload == "ssd"):
         return
     chosen = (

@@ -75,26 +75,55 @@ def ensure_converted(path: Path, source: Any) -> Path:
     return path
 
 
-def existing_bytes(ssd_dir: Path, spec: EngramSpec, model_path: str | None) -> int:
-    """Bytes already converted for this model; raises for another checkpoint's tables."""
+def shard_name(tp_rank: int, tp_size: int) -> str:
+    """Suffix of a TP rank's shard directory (none without TP)."""
+    return f".tp{tp_rank}of{tp_size}" if tp_size > 1 else ""
+
+
+def layer_tables(
+    ssd_dir: Path, spec: EngramSpec, index: int, tp_size: int
+) -> list[tuple[Path, tuple[int, int] | None]]:
+    """Layer ``index``'s table directories and the rows each holds (``None``: all):
+    one per TP rank when the tables are sharded (``tp_size > 1``), else one."""
+    layer = spec.layer_ids[index]
+    if tp_size == 1:
+        return [(table_dir(ssd_dir, layer), None)]
+    from sglang.srt.layers.engram import shard_range
+
+    bounds = (*spec.offsets[index].tolist(), spec.num_embeddings[index])
+    return [
+        (
+            table_dir(ssd_dir, layer, shard_name(rank, tp_size)),
+            shard_range(spec.num_embeddings[index], bounds, rank, tp_size),
+        )
+        for rank in range(tp_size)
+    ]
+
+
+def existing_bytes(
+    ssd_dir: Path, spec: EngramSpec, model_path: str | None, tp_size: int = 1
+) -> int:
+    """Bytes already converted for this model (every TP rank's shards when the tables
+    are sharded); raises for another checkpoint's tables."""
     from engram.ssd.manifest import TableManifest
 
     total = 0
     for index, layer in enumerate(spec.layer_ids):
-        path = table_dir(ssd_dir, layer)
-        if not (path / MANIFEST).exists():
-            continue
-        manifest = TableManifest.load(path)
-        expected = (spec.num_embeddings[index], spec.head_dim)
-        if (manifest.num_rows, manifest.head_dim) != expected:
-            raise EngramConfigError(
-                f"{path} holds an Engram table of {manifest.num_rows:,} x {manifest.head_dim} "
-                f"but this model's layer {layer} has {expected[0]:,} x {expected[1]}: it is "
-                "from a different checkpoint; delete it or choose another --engram-ssd-dir"
-            )
-        if model_path and any(Path(model_path).glob("*.safetensors")):
-            check_same_source(path, checkpoint_source(model_path, layer, None))
-        total += manifest.data_bytes
+        for path, rows in layer_tables(ssd_dir, spec, index, tp_size):
+            if not (path / MANIFEST).exists():
+                continue
+            manifest = TableManifest.load(path)
+            count = spec.num_embeddings[index] if rows is None else rows[1] - rows[0]
+            if (manifest.num_rows, manifest.head_dim) != (count, spec.head_dim):
+                raise EngramConfigError(
+                    f"{path} holds an Engram table of {manifest.num_rows:,} x "
+                    f"{manifest.head_dim} but this model's layer {layer} needs {count:,} x "
+                    f"{spec.head_dim} there: it is from a different checkpoint or TP size; "
+                    "delete it or choose another --engram-ssd-dir"
+                )
+            if model_path and any(Path(model_path).glob("*.safetensors")):
+                check_same_source(path, checkpoint_source(model_path, layer, rows))
+            total += manifest.data_bytes
     return total
 
 

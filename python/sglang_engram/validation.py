@@ -45,10 +45,17 @@ def read_model_config(model_path: str | None) -> dict[str, Any] | None:
         return json.load(f)
 
 
-def check_startup(config: EngramServerConfig, *, model_path: str | None) -> None:
+def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size: int = 1) -> None:
     """Raise :class:`EngramStartupError` for unusable flags; log the warnings."""
     _check_numbers(config)
     hf_config = read_model_config(model_path)
+    if config.offload == "ssd" and model_path and hf_config is None:
+        raise EngramStartupError(
+            f"--engram-offload ssd converts the tables from the checkpoint's files, but "
+            f"{model_path} is not a local directory with a config.json; download the "
+            "model first (huggingface-cli download ORG/NAME --local-dir DIR) and pass "
+            "--model-path DIR"
+        )
     if hf_config is not None and not has_engram(hf_config):
         if config.offload_explicit or config.ssd_dir or config.hot_cache_gb:
             logger.warning(
@@ -61,7 +68,8 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None) -> None
     if spec is not None and config.enabled:
         check_servable(spec, hf_config)
     if config.offload == "ssd":
-        check_ssd_dir(config.ssd_dir, spec, model_path)
+        sharded = tp_size if not is_tiny_model(hf_config) else 1
+        check_ssd_dir(config.ssd_dir, spec, model_path, sharded)
     elif config.ssd_dir:
         logger.warning("--engram-ssd-dir is ignored with --engram-offload %s", config.offload)
     if config.hot_cache_gb and config.offload not in ("dram", "ssd"):
@@ -115,10 +123,22 @@ def check_servable(spec: EngramSpec, hf_config: dict[str, Any]) -> None:
         )
 
 
+def is_tiny_model(hf_config: dict[str, Any] | None) -> bool:
+    """The tiny Engram model (every TP rank holds whole tables) rather than DeepSeek-V4.1
+    (each rank holds a shard)."""
+    from sglang_engram.models import ARCHITECTURES
+
+    return bool(set((hf_config or {}).get("architectures") or ()) & set(ARCHITECTURES))
+
+
 def check_ssd_dir(
-    ssd_dir: str | None, spec: EngramSpec | None, model_path: str | None = None
+    ssd_dir: str | None,
+    spec: EngramSpec | None,
+    model_path: str | None = None,
+    tp_size: int = 1,
 ) -> None:
-    """The ssd placement needs a writable directory with room for every table."""
+    """The ssd placement needs a writable directory with room for every table (each TP
+    rank's shard of it when ``tp_size > 1``)."""
     if not ssd_dir:
         raise EngramStartupError(
             "--engram-offload ssd needs --engram-ssd-dir PATH (a directory on a local "
@@ -138,7 +158,7 @@ def check_ssd_dir(
         ) from exc
     if spec is None:
         return
-    existing = ssd_existing_bytes(path, spec, model_path)
+    existing = ssd_existing_bytes(path, spec, model_path, tp_size)
     needed = spec.total_table_bytes - existing
     free = shutil.disk_usage(path).free
     if needed > free:
@@ -149,13 +169,15 @@ def check_ssd_dir(
         )
 
 
-def ssd_existing_bytes(path: Path, spec: EngramSpec, model_path: str | None) -> int:
+def ssd_existing_bytes(
+    path: Path, spec: EngramSpec, model_path: str | None, tp_size: int = 1
+) -> int:
     """Bytes of tables already converted into ``path`` for this checkpoint; raises when
     the directory holds tables of a different checkpoint."""
     from sglang_engram.ssd_tables import existing_bytes
 
     try:
-        return existing_bytes(path, spec, model_path)
+        return existing_bytes(path, spec, model_path, tp_size)
     except (EngramConfigError, ValueError) as exc:
         raise EngramStartupError(str(exc)) from exc
 

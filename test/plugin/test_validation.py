@@ -132,3 +132,45 @@ def test_other_engram_variants_are_refused(tmp_path):
     model = str(write_model_dir(tmp_path / "m", config))
     with pytest.raises(EngramStartupError, match="engram_variant is 'paper'"):
         check_startup(EngramServerConfig(offload="hbm"), model_path=model)
+
+
+def test_ssd_needs_a_local_checkpoint(tmp_path):
+    config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "ssd"))
+    with pytest.raises(EngramStartupError, match="is not a local directory with a config.json"):
+        check_startup(config, model_path="deepseek-ai/DeepSeek-V4.1-Flash")
+
+
+def test_ssd_check_counts_every_tp_ranks_shards(sglang_with_plugin, tmp_path):
+    """A restart with --tp 2 finds the shards its ranks converted (so it does not ask
+    for the space again), not tables of another TP size, and refuses shards converted
+    from another checkpoint."""
+    from sglang_engram.ssd_tables import (
+        checkpoint_source,
+        ensure_converted,
+        existing_bytes,
+        layer_tables,
+    )
+
+    from engram.errors import EngramConfigError
+    from engram.ssd.manifest import TableManifest
+    from test.ssd.helpers import write_checkpoint
+
+    fields = engram_fields(layer_ids=(1, 14), n=4, heads=8, head_dim=64)
+    config = {"architectures": ["DeepseekV4ForCausalLM"], **fields}
+    model, other, ssd = tmp_path / "model", tmp_path / "other", tmp_path / "ssd"
+    write_checkpoint(model, config, prefix="")
+    write_checkpoint(other, config, prefix="")
+    spec = EngramSpec.from_hf_config(fields)
+    shards = layer_tables(ssd, spec, 0, 2)  # layer 1, as its two ranks convert it
+    for path, rows in shards:
+        ensure_converted(path, checkpoint_source(model, 1, rows))
+    converted = sum(TableManifest.load(path).data_bytes for path, _ in shards)
+    assert converted > 0
+    assert existing_bytes(ssd, spec, str(model), tp_size=2) == converted
+    assert existing_bytes(ssd, spec, str(model), tp_size=1) == 0
+    with pytest.raises(EngramConfigError, match="different checkpoint"):
+        existing_bytes(ssd, spec, str(other), tp_size=2)
+    server = EngramServerConfig(offload="ssd", ssd_dir=str(ssd))
+    check_startup(server, model_path=str(model), tp_size=2)
+    with pytest.raises(EngramStartupError, match="different checkpoint"):
+        check_startup(server, model_path=str(other), tp_size=2)
