@@ -60,6 +60,8 @@ class PlacedEngramEmbedding(EngramEmbedding):
         # NOTE: recorded now: __init__ runs inside SGLang's device context, but
         # finish_load runs from load_weights, outside it (where the default is the CPU).
         self.device = _serving_device()
+        # the Engram tables of this process share the cache flags' budgets
+        self.tables = placement.engram_table_count(placement.serving_model_path())
         if self.placement == "ssd":
             # Streams this rank's rows from the checkpoint files (first start only).
             self.table = placement.ssd_table(
@@ -69,6 +71,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
                 rows=(self.row_start, row_end),
                 head_dim=dim,
                 device=self.device,
+                tables=self.tables,
                 shard=self.shard,
             )
         if self.placement not in ("hbm", "dram"):
@@ -109,6 +112,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
             self.scale.data,
             head_dim=self.dim,
             device=self.device,
+            tables=self.tables,
         )
         if self.placement == "dram":
             # NOTE: the table adopted the loaded buffer; only the table refers to it now.

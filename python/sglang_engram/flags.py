@@ -71,14 +71,16 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         metavar="N",
-        help="GiB of device memory caching hot rows in front of a dram or ssd table (0 = none).",
+        help="GiB of device memory (per GPU, shared by its Engram tables) caching hot rows "
+        "in front of dram or ssd tables (0 = none).",
     )
     group.add_argument(
         "--engram-ram-cache-gb",
         type=float,
         default=4.0,
         metavar="N",
-        help="GiB of host memory caching rows of the ssd placement.",
+        help="GiB of host memory (per GPU, shared by its Engram tables) caching rows of the "
+        "ssd placement.",
     )
 
 

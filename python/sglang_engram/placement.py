@@ -11,22 +11,35 @@ import logging
 
 import torch
 
+from engram.presets import DSV41_FLASH
 from engram.tables import EngramTable, create_table
+from engram.tables.ssd import DEFAULT_PREFETCH_BYTES as PREFETCH_BYTES
 from sglang_engram import ssd_tables, table_registry
 from sglang_engram.config import EngramServerConfig
 
 logger = logging.getLogger(__name__)
 
 
-def table_options(config: EngramServerConfig) -> dict[str, object]:
-    """Table options of the placement: the HBM hot cache in front of dram/ssd, and the
-    ssd tier's RAM cache."""
+def table_options(config: EngramServerConfig, tables: int) -> dict[str, object]:
+    """Table options of the placement for one of the ``tables`` Engram tables this
+    process serves: its share of the HBM hot cache (dram/ssd) and, for ssd, of the RAM
+    cache and the prefetch budget. The flags size them per process (per GPU)."""
     options: dict[str, object] = {}
     if config.offload in ("dram", "ssd"):
-        options["hot_cache_bytes"] = config.hot_cache_bytes
+        options["hot_cache_bytes"] = config.hot_cache_bytes // tables
     if config.offload == "ssd":
-        options["ram_cache_bytes"] = config.ram_cache_bytes
+        options["ram_cache_bytes"] = config.ram_cache_bytes // tables
+        options["prefetch_bytes"] = PREFETCH_BYTES // tables
     return options
+
+
+def engram_table_count(model_path: str) -> int:
+    """How many Engram layers the served checkpoint has (its config.json); the
+    DeepSeek-V4.1-Flash count when the path is a hub id (nothing local to read)."""
+    from sglang_engram.validation import read_model_config
+
+    hf_config = read_model_config(model_path) or {}
+    return len(hf_config.get("engram_layer_ids") or DSV41_FLASH["engram_layer_ids"])
 
 
 def serving_model_path() -> str:
@@ -44,9 +57,11 @@ def ssd_table(
     rows: tuple[int, int],
     head_dim: int,
     device: torch.device,
+    tables: int,
     shard: str = "",
 ) -> EngramTable:
-    """Layer ``layer_id``'s rows ``rows`` as an ssd table, converting on first start."""
+    """Layer ``layer_id``'s rows ``rows`` as an ssd table, converting on first start
+    (``tables``: how many Engram tables this process serves; they share the caches)."""
     assert config.ssd_dir is not None, "validated at startup: ssd needs --engram-ssd-dir"
     source = ssd_tables.checkpoint_source(model_path, layer_id, rows)
     path = ssd_tables.ensure_converted(
@@ -60,7 +75,7 @@ def ssd_table(
         path=path,
         head_dim=head_dim,
         num_rows=rows[1] - rows[0],
-        **table_options(config),
+        **table_options(config, tables),
     )
     table_registry.add(layer_id, table, row_start=rows[0])
     return table
@@ -74,8 +89,10 @@ def build_table(
     *,
     head_dim: int,
     device: torch.device,
+    tables: int,
 ) -> EngramTable:
-    """Layer ``layer_id``'s hbm or dram table from its loaded FP8 rows."""
+    """Layer ``layer_id``'s hbm or dram table from its loaded FP8 rows (``tables``: how
+    many Engram tables this process serves; they share the hot cache)."""
     assert config.offload in ("hbm", "dram"), config.offload
     table = create_table(
         config.offload,
@@ -84,7 +101,7 @@ def build_table(
         device=device,
         head_dim=head_dim,
         num_rows=weight.shape[0],
-        **table_options(config),
+        **table_options(config, tables),
     )
     table_registry.add(layer_id, table)
     return table

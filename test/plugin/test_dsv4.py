@@ -226,3 +226,23 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, offload, 
         * scale.view(torch.float8_e8m0fnu)[ids].float().unsqueeze(-1)
     ).flatten(-2)
     assert torch.equal(total["ours"], want.to(torch.bfloat16).float())
+
+
+def test_cache_flags_are_budgets_shared_by_the_tables(monkeypatch, cpu_context, layout):
+    """--engram-hot-cache-gb is per GPU: each of the model's Engram tables gets its
+    share (the context's model path is no local checkpoint: DSv4.1's two tables)."""
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    server = EngramServerConfig(offload="dram", hot_cache_gb=0.001 * random.randint(1, 9))
+    monkeypatch.setenv(ENV_VAR, server.to_json())
+    ours = PlacedEngramEmbedding(
+        layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0], layout.column_bounds(0)
+    )
+    weight, scale = random_table(layout.num_embeddings[0], layout.head_dim)
+    ours.weight.weight_loader(ours.weight, weight.view(torch.float8_e4m3fn))
+    ours.scale.weight_loader(ours.scale, scale.view(torch.float8_e8m0fnu))
+    ours.finish_load("layer 1")
+    held = ours.table.stats()["hot_cache_bytes"]
+    assert (
+        server.hot_cache_bytes // 2 - 2 * layout.head_dim * 8 < held <= server.hot_cache_bytes // 2
+    )

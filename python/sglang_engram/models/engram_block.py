@@ -37,6 +37,7 @@ class EngramBlock(nn.Module):
         self.layer_id = layer_id
         self.hash_index = spec.layer_ids.index(layer_id)
         self.num_rows = spec.num_embeddings[self.hash_index]
+        self.tables = spec.n_layers  # they share the cache flags' budgets
         self.head_dim = spec.head_dim
         self.eps = spec.rms_norm_eps
         self.hc_mult = hc_mult
@@ -63,6 +64,7 @@ class EngramBlock(nn.Module):
             rows=(0, self.num_rows),
             head_dim=self.head_dim,
             device=self.wkv.weight.device,
+            tables=self.tables,
         )
 
     def load_table_tensor(self, kind: str, tensor: torch.Tensor) -> None:
@@ -78,6 +80,7 @@ class EngramBlock(nn.Module):
             scale,
             head_dim=self.head_dim,
             device=self.wkv.weight.device,
+            tables=self.tables,
         )
 
     # ---- forward ---------------------------------------------------------------------
