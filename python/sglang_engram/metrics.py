@@ -5,6 +5,11 @@ multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, set by the launcher) and the HT
 server aggregates them; ours join the same files. A daemon thread in each scheduler
 turns the tables' cumulative :class:`TableCounters` into counter increments; the
 lookup latency histogram observes every lookup (on a GPU, once its CUDA events complete).
+
+With tensor parallelism every rank looks up every row id, so rows requested are
+exported by TP rank 0 only; unique rows and bytes read are summed over the GPUs that
+read them (a DeepSeek-V4.1 rank reads its own shard, plus, for the ids it does not
+own, a masked row 0). Lookups replayed from a CUDA graph are not counted.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ HOT_TIER = "hbm"
 
 
 class EngramMetrics:
-    def __init__(self, interval_s: float = 1.0):
+    def __init__(self, interval_s: float = 1.0, *, export_requests: bool = True):
         from prometheus_client import Counter, Gauge, Histogram
 
+        self.export_requests = export_requests
         self.rows = Counter(f"{PREFIX}rows_requested", "Engram rows requested", ["layer"])
         self.unique = Counter(
             f"{PREFIX}unique_rows", "Distinct Engram rows read per lookup, summed", ["layer"]
@@ -35,7 +41,7 @@ class EngramMetrics:
         self.bytes_read = Counter(f"{PREFIX}bytes_read", "Engram bytes read", ["tier"])
         self.latency = Histogram(
             f"{PREFIX}lookup_seconds",
-            "Engram lookup time (host wall clock)",
+            "Engram lookup time (device time on a GPU)",
             buckets=LATENCY_BUCKETS,
         )
         self.table_bytes = Gauge(
@@ -83,7 +89,9 @@ class EngramMetrics:
                 id(counters), {"rows_requested": 0, "unique_rows": 0, "bytes_read": {}}
             )
             layer = str(entry.layer_id)
-            self.rows.labels(layer=layer).inc(now["rows_requested"] - last["rows_requested"])
+            if self.export_requests:
+                requested = now["rows_requested"] - last["rows_requested"]
+                self.rows.labels(layer=layer).inc(requested)
             self.unique.labels(layer=layer).inc(max(0, now["unique_rows"] - last["unique_rows"]))
             for tier, n in now["bytes_read"].items():
                 self.bytes_read.labels(tier=tier).inc(n - last["bytes_read"].get(tier, 0))
@@ -126,10 +134,10 @@ _metrics: EngramMetrics | None = None
 def after_init_metrics_collector(result: object, scheduler: object, *args: object) -> None:
     """AFTER ``Scheduler.init_metrics_collector``: start ours if SGLang exports metrics."""
     global _metrics
-    from sglang.srt.runtime_context import get_observability
+    from sglang.srt.runtime_context import get_observability, get_parallel
 
     if not get_observability().enable_metrics or _metrics is not None:
         return
-    _metrics = EngramMetrics()
+    _metrics = EngramMetrics(export_requests=get_parallel().tp_rank == 0)
     _metrics.start()
     logger.info("sglang-engram: exporting %s* metrics", PREFIX)

@@ -31,14 +31,21 @@ def test_lookups_move_the_engram_metrics():
         table.lookup(ids)
         table.lookup(ids[:3])
         metrics.update()
+        requested = ids.numel() + ids[:3].numel()
+        unique = torch.unique(ids).numel() + torch.unique(ids[:3]).numel()
+        assert _value("sglang:engram_rows_requested_total", layer=str(layer)) == requested
+        assert _value("sglang:engram_unique_rows_total", layer=str(layer)) == unique
+        # a TP rank other than 0 leaves rows requested to rank 0 (same ids everywhere)
+        metrics.export_requests = False
+        table.lookup(ids[:1])
+        metrics.update()
+        assert _value("sglang:engram_rows_requested_total", layer=str(layer)) == requested
+        unique += torch.unique(ids[:1]).numel()
+        assert _value("sglang:engram_unique_rows_total", layer=str(layer)) == unique
     finally:
         table_registry.clear()
-    requested = ids.numel() + ids[:3].numel()
-    unique = torch.unique(ids).numel() + torch.unique(ids[:3]).numel()
-    assert _value("sglang:engram_rows_requested_total", layer=str(layer)) == requested
-    assert _value("sglang:engram_unique_rows_total", layer=str(layer)) == unique
     read = _value("sglang:engram_bytes_read_total", tier="hbm") - read_before
     assert read == unique * (dim + dim // 32)
-    assert _value("sglang:engram_lookup_seconds_count") == 2
+    assert _value("sglang:engram_lookup_seconds_count") == 3
     assert _value("sglang:engram_table_bytes", tier="hbm") == rows * (dim + dim // 32)
     assert _value("sglang:engram_hot_cache_hit_ratio") == 0.0
