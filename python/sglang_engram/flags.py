@@ -64,7 +64,8 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         help="Read Engram rows ahead of the layer that needs them: hbm/dram tables start "
         "each lookup on a side stream as soon as the batch's token ids are known "
         "(overlapping the layers before it); ssd tables read a request's rows from disk "
-        "when it is queued and the next decode step's rows as soon as tokens are sampled.",
+        "when it is queued and, with --disable-overlap-schedule, the next decode step's "
+        "rows as soon as tokens are sampled.",
     )
     group.add_argument(
         "--engram-hot-cache-gb",

@@ -120,6 +120,8 @@ def after_add_request_to_queue(
     """AFTER ``Scheduler._add_request_to_queue``: prefetch the rows the queued request's
     prefill will look up (its prompt, plus its outputs when it was retracted). A PD
     decode worker never prefills, so it reads nothing here."""
+    if table_registry.hasher() is None:
+        return  # no prefetching table: nothing to hash
     try:
         mode = getattr(getattr(scheduler, "disaggregation_mode", None), "name", "NULL")
         if mode == "DECODE" or req.finished():
@@ -133,7 +135,13 @@ def after_process_batch_result(
     result: object, scheduler: object, batch: object, *_: object, **__: object
 ) -> None:
     """AFTER ``Scheduler.process_batch_result``: prefetch the next decode step's rows
-    of every request that sampled a token in this batch and is still running."""
+    of every request that sampled a token in this batch and is still running.
+
+    NOTE: the overlap scheduler launches the next step before it processes this one's
+    result, so the rows would arrive after that step looked them up: nothing is read
+    then (``--disable-overlap-schedule`` lets decode steps read ahead)."""
+    if getattr(scheduler, "enable_overlap", False) or table_registry.hasher() is None:
+        return
     try:
         sequences = [
             (req.origin_input_ids, req.output_ids)

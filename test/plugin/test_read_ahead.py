@@ -87,11 +87,18 @@ def test_decode_steps_read_one_step_ahead(served) -> None:
         for k, n in enumerate(lengths)
     ]
     batch = ScheduleBatch(reqs=reqs)
+    # stand-ins for SGLang's Scheduler (it needs a GPU to build): its overlap flag only
+    overlapped = SimpleNamespace(enable_overlap=True)
+    for req in reqs:
+        req.output_ids.append(random.randrange(hasher.vocab_size))
+    read_ahead.after_process_batch_result(None, overlapped, batch)
+    assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)  # would be too late
+    scheduler = SimpleNamespace(enable_overlap=False)
     for step in range(4):
         for req in reqs:
             req.output_ids.append(random.randrange(hasher.vocab_size))
         before = [t.stats()["prefetch_hits"] for t in tables]
-        read_ahead.after_process_batch_result(None, None, batch)
+        read_ahead.after_process_batch_result(None, scheduler, batch)
         # the next decode step looks up the n-grams ending at each newest token
         row_ids = torch.stack(
             [hasher.hash(torch.tensor(r.origin_input_ids + list(r.output_ids)))[-1] for r in reqs]
@@ -113,7 +120,8 @@ def test_finished_requests_are_not_read_ahead(served) -> None:
     req = Req("done", "", torch.randint(0, hasher.vocab_size, (9,)).tolist(), SamplingParams())
     req.output_ids.append(random.randrange(hasher.vocab_size))
     req.finished_reason = FINISH_LENGTH(length=1)
-    read_ahead.after_process_batch_result(None, None, ScheduleBatch(reqs=[req]))
+    scheduler = SimpleNamespace(enable_overlap=False)  # stands in for SGLang's Scheduler
+    read_ahead.after_process_batch_result(None, scheduler, ScheduleBatch(reqs=[req]))
     assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
 
 
