@@ -61,9 +61,9 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         "--engram-prefetch",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="Read Engram rows ahead of the layer that needs them: hbm/dram tables start "
-        "each lookup on a side stream as soon as the batch's token ids are known "
-        "(overlapping the layers before it); ssd tables read a request's rows from disk "
+        help="Read Engram rows ahead of the layer that needs them: the tiny model's hbm/dram "
+        "lookups start on a side stream as soon as the batch's token ids are known "
+        "(DeepSeek-V4.1 keeps upstream's schedule); ssd tables read a request's rows from disk "
         "when it is queued and, with --disable-overlap-schedule, the next decode step's "
         "rows as soon as tokens are sampled.",
     )
