@@ -1,7 +1,8 @@
 """Serve the tiny Engram model once per placement and drive it with SGLang's benchmark.
 
 For each ``--engram-offload`` placement a server is started on the tiny model and
-``python -m sglang.benchmark.serving`` sends random prompts at a fixed concurrency.
+``python -m sglang.benchmark.serving`` sends random token-id prompts (offline) at a fixed
+concurrency.
 Prints output tokens/s and P90 inter-token latency per placement, the dram/hbm
 throughput ratio (target >= 0.97), and a last line of JSON. Needs a GPU.
 
@@ -43,8 +44,10 @@ def run_placement(model: Path, placement: str, args: argparse.Namespace, work: P
             str(model),
             "--tokenizer",
             str(model),
+            # NOTE: random token ids, offline ("random" samples ShareGPT from the hub)
             "--dataset-name",
-            "random",
+            "random-ids",
+            "--tokenize-prompt",
             "--random-input-len",
             str(args.input_len),
             "--random-output-len",

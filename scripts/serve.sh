@@ -11,8 +11,7 @@ fi
 bash scripts/setup.sh
 VENV="${ENGRAM_VENV:-.venv}"
 MODEL="${ENGRAM_MODEL_DIR:-models/tiny-engram}"
-if [ ! -f "$MODEL/config.json" ]; then
-  "$VENV/bin/python" -m engram.model build --out "$MODEL"
-fi
+# NOTE: rebuilt when an older build in $MODEL used other options (e.g. another N).
+"$VENV/bin/python" -m engram.model build --out "$MODEL" --reuse
 exec "$VENV/bin/python" -m sglang.launch_server --model-path "$MODEL" \
   --engram-offload dram --host 127.0.0.1 --port "${PORT:-30000}" "$@"

@@ -15,7 +15,7 @@ _DEFAULTS_NOTE = "defaults give the layout the plugin tests and docs use"
 
 
 def _build(args: argparse.Namespace) -> None:
-    from engram.model.builder import BuildOptions, build_tiny_model
+    from engram.model.builder import BuildOptions, build_tiny_model, built_with
 
     options = BuildOptions(
         seed=args.seed,
@@ -26,6 +26,9 @@ def _build(args: argparse.Namespace) -> None:
         engram_max_ngram_size=args.engram_max_ngram_size,
         engram_n_heads=args.engram_n_heads,
     )
+    if args.reuse and built_with(args.out, options):
+        print(f"reusing the tiny Engram model in {Path(args.out).resolve()} (same build options)")
+        return
     sizes = build_tiny_model(args.out, options)
     print(f"wrote the tiny Engram model to {Path(args.out).resolve()}")
     for path, size in sizes.items():
@@ -72,6 +75,11 @@ def parser() -> argparse.ArgumentParser:
         + ".",
     )
     build.add_argument("--out", required=True, type=Path, help="directory to write")
+    build.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep OUT as it is when it already holds a build with these options (else build)",
+    )
     build.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     build.add_argument(
         "--num-hidden-layers", type=int, default=4, help="decoder layers (default 4)"

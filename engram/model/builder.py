@@ -8,6 +8,8 @@ same torch version.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -105,6 +107,24 @@ def init_weights(
     return tensors
 
 
+BUILD_RECORD = "build_options.json"
+
+
+def built_with(out: str | Path, options: BuildOptions) -> bool:
+    """Is ``out`` a complete build from exactly these options (and this tokenizer)?"""
+    record = Path(out) / BUILD_RECORD
+    try:
+        return json.loads(record.read_text()) == _record(options)
+    except (OSError, ValueError):
+        return False
+
+
+def _record(options: BuildOptions) -> dict[str, object]:
+    fields = dataclasses.asdict(options)
+    fields["engram_layer_ids"] = list(options.engram_layer_ids)
+    return {"options": fields, "tokenizer_sha256": hashlib.sha256(asset_bytes()).hexdigest()}
+
+
 def build_tiny_model(out: str | Path, options: BuildOptions | None = None) -> dict[Path, int]:
     """Write the model directory ``out``; returns each written file and its size."""
     from tokenizers import Tokenizer
@@ -122,6 +142,8 @@ def build_tiny_model(out: str | Path, options: BuildOptions | None = None) -> di
         tokenizer_config(cfg.max_position_embeddings), indent=2, sort_keys=True
     )
     (out / "tokenizer_config.json").write_text(config_text + "\n")
+    # NOTE: written last: its presence says the build above completed.
+    (out / BUILD_RECORD).write_text(json.dumps(_record(options), indent=1, sort_keys=True))
     names = ("config.json", WEIGHTS_FILE, "tokenizer.json", "tokenizer_config.json")
     return {out / name: (out / name).stat().st_size for name in names}
 

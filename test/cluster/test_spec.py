@@ -140,7 +140,7 @@ def test_roles_backend_and_required_keys():
     assert "two worker groups are named 'prefill'" in _error(
         _spec(workers=[{"role": "prefill"}, {"role": "prefill"}, {"role": "decode"}])
     )
-    assert "transfer_backend 'tcp' is not one of mooncake, nixl, fake" in _error(
+    assert "transfer_backend 'tcp' is not one of mooncake, mooncake_tcp, nixl, fake" in _error(
         _spec(transfer_backend="tcp")
     )
     data = _spec()

@@ -22,17 +22,20 @@ def _post(url: str, body: dict) -> list[dict]:
 def generate_pd(
     prefill: str, decode: str, bootstrap_port: int, prompts: list[str], max_new_tokens: int = 32
 ) -> list[str]:
-    """Each prompt goes to both servers with one bootstrap room; decode answers."""
-    rooms = [random.getrandbits(63) for _ in prompts]
-    body = {
-        "text": prompts,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens},
-        "bootstrap_host": ["127.0.0.1"] * len(prompts),
-        "bootstrap_port": [bootstrap_port] * len(prompts),
-        "bootstrap_room": rooms,
-    }
-    with ThreadPoolExecutor(2) as pool:
-        pending_prefill = pool.submit(_post, prefill, body)
-        decoded = pool.submit(_post, decode, body).result()
-        pending_prefill.result()
-    return [item["text"] for item in decoded]
+    """Each prompt goes to both servers with its own bootstrap room; decode answers.
+    One prompt at a time, like ``server.generate`` (outputs then compare exactly)."""
+    out = []
+    for prompt in prompts:
+        body = {
+            "text": prompt,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens},
+            "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": bootstrap_port,
+            "bootstrap_room": random.getrandbits(63),
+        }
+        with ThreadPoolExecutor(2) as pool:
+            pending_prefill = pool.submit(_post, prefill, body)
+            decoded = pool.submit(_post, decode, body).result()
+            pending_prefill.result()
+        out.append(decoded[0]["text"])
+    return out

@@ -22,13 +22,13 @@ def free_port() -> int:
 
 
 def build_tiny_model(out: Path) -> Path:
-    """The core library's tiny Engram model (``python -m engram.model build``)."""
-    if not (out / "config.json").exists():
-        subprocess.run(
-            [sys.executable, "-m", "engram.model", "build", "--out", str(out)],
-            check=True,
-            timeout=600,
-        )
+    """The core library's tiny Engram model (``python -m engram.model build``; a
+    current build in ``out`` is reused)."""
+    subprocess.run(
+        [sys.executable, "-m", "engram.model", "build", "--out", str(out), "--reuse"],
+        check=True,
+        timeout=600,
+    )
     return out
 
 
@@ -78,17 +78,37 @@ def sglang_server(model: Path, *args: str, log: Path, timeout_s: float = 600) ->
 
 
 def generate(url: str, prompts: list[str], max_new_tokens: int = 32) -> list[str]:
-    body = {
-        "text": prompts,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens},
-    }
-    req = urllib.request.Request(
-        f"{url}/generate",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return [item["text"] for item in json.loads(r.read())]
+    """Greedy completions, one request at a time.
+
+    NOTE: the tiny model's bf16 logits tie often enough that a different batching (and
+    so a different reduction order) can flip a greedy token; one request at a time
+    batches the same way on every server, so outputs compare exactly.
+    """
+    out = []
+    for prompt in prompts:
+        body = {
+            "text": prompt,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens},
+        }
+        req = urllib.request.Request(
+            f"{url}/generate",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=300) as r:
+            out.append(json.loads(r.read())["text"])
+    return out
+
+
+def metrics_after(url: str, before: dict[str, float], name: str, timeout_s: float = 10) -> dict:
+    """/metrics once ``name`` has grown past ``before`` (the plugin folds its counters
+    in once a second), or as it is at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = metrics(url)
+        if now.get(name, 0) > before.get(name, 0) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.5)
 
 
 def metrics(url: str) -> dict[str, float]:

@@ -14,7 +14,8 @@ from sglang_engram.cluster.supervisor import RestartPolicy
 from sglang_engram.config import DEFAULT_OFFLOAD
 
 ROLES = ("prefill", "decode")
-TRANSFER_BACKENDS = ("mooncake", "nixl", "fake")
+# NOTE: SGLang 0.5.23's names; mooncake_tcp is mooncake without RDMA.
+TRANSFER_BACKENDS = ("mooncake", "mooncake_tcp", "nixl", "fake")
 # NOTE: mirrors the plugin's --engram-offload choices (engram.tables.PLACEMENTS); kept
 # here so that reading a spec imports no torch. test_spec checks the two agree.
 ENGRAM_OFFLOADS = ("hbm", "dram", "ssd", "off")
