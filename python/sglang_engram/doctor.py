@@ -13,8 +13,9 @@ from sglang_engram.compat import PINNED_SGLANG_VERSION, installed_sglang_version
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
-def plugin_entry_point() -> str | None:
-    for ep in metadata.entry_points(group="sglang.srt.plugins"):
+def plugin_entry_point(group: str = "sglang.srt.plugins") -> str | None:
+    """Our entry point in ``group`` (the plugin, or the ``sglang serve`` backend)."""
+    for ep in metadata.entry_points(group=group):
         if ep.value.startswith("sglang_engram."):
             return f"{ep.name} = {ep.value}"
     return None
@@ -89,6 +90,8 @@ def advice(report: dict[str, Any]) -> list[str]:
         notes.append(f"install sglang=={sglang['pinned']} (found {sglang['installed']})")
     if not report["entry_point"]:
         notes.append("the sglang.srt.plugins entry point is missing: reinstall sglang-engram")
+    if not report["serve_backend"]:
+        notes.append("the sglang.serve_backends entry point is missing: reinstall sglang-engram")
     if any(not s.startswith("applied") for s in report["hooks"].values()):
         notes.append("some hooks did not apply: see their reasons above")
     host = report["host_memory"]
@@ -110,6 +113,7 @@ def collect(apply_hooks: bool = True) -> dict[str, Any]:
     report: dict[str, Any] = {
         "sglang": {"installed": installed_sglang_version(), "pinned": PINNED_SGLANG_VERSION},
         "entry_point": plugin_entry_point(),
+        "serve_backend": plugin_entry_point("sglang.serve_backends"),
         "placements": placement_names(),
         "hooks": hook_report() if apply_hooks else {},
         "gpu": gpu_report(),
@@ -124,6 +128,7 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         f"SGLang: {report['sglang']['installed']} (pinned {report['sglang']['pinned']})",
         f"entry point: {report['entry_point'] or 'MISSING'}",
+        f"sglang serve backend: {report['serve_backend'] or 'MISSING'}",
         f"placements: {', '.join(report['placements'])}",
         "hooks:",
         *(

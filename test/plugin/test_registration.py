@@ -110,6 +110,7 @@ def test_doctor_reports_version_and_hooks():
     report = json.loads(out.stdout)
     assert report["sglang"] == {"installed": "0.5.23", "pinned": "0.5.23"}
     assert report["entry_point"] == "engram = sglang_engram.plugin:register"
+    assert report["serve_backend"] == "engram = sglang_engram.serve_backend:backend"
     assert set(report["hooks"]) == {h.target for h in HOOKS}
     assert set(report["hooks"].values()) == {"applied"}
     assert {"hugepages_total", "transparent_hugepages"} <= set(report["host_memory"])
