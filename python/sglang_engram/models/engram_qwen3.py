@@ -109,7 +109,7 @@ class EngramQwen3Model(nn.Module):
         self.engram_hasher = (
             SlotHasher.for_tokenizer(self.spec, load_serving_tokenizer()) if self.blocks else None
         )
-        if self.engram_hasher is not None and engram.prefetch:
+        if self.engram_hasher is not None and engram.prefetch and engram.offload == "ssd":
             # the scheduler hashes prompts and new tokens with it to read SSD rows ahead
             table_registry.set_hasher(self.engram_hasher.reference)
         # NOTE: only device lookups go on the side stream early; an ssd lookup reads
