@@ -16,6 +16,17 @@ from sglang_engram.config import DEFAULT_OFFLOAD, EngramServerConfig
 
 logger = logging.getLogger(__name__)
 
+# NOTE: every option string add_engram_args defines (the cluster launcher manages them);
+# test_flags checks the parser against this list.
+ENGRAM_FLAGS = (
+    "--engram-offload",
+    "--engram-ssd-dir",
+    "--engram-prefetch",
+    "--no-engram-prefetch",
+    "--engram-hot-cache-gb",
+    "--engram-ram-cache-gb",
+)
+
 _PLACEMENT_HELP = {
     "hbm": "device memory (TP-sharded)",
     "dram": "pinned host memory read over UVA",

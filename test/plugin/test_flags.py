@@ -79,6 +79,17 @@ def test_sglang_serve_picks_the_engram_backend_for_engram_checkpoints(model_dir,
     assert registry.auto_detect(hub_id).name == "llm"
 
 
+def test_engram_flags_list_every_option_of_the_parser():
+    import argparse
+
+    from sglang_engram.flags import ENGRAM_FLAGS, add_engram_args
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_engram_args(parser)
+    assert {o for a in parser._actions for o in a.option_strings} == set(ENGRAM_FLAGS)
+    assert set(ENGRAM_FLAGS) == set(FLAGS)
+
+
 def test_placement_choices_come_from_the_core_registry(sglang_with_plugin):
     from sglang_engram.flags import placement_choices
 

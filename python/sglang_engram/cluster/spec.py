@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from sglang_engram.cluster.supervisor import RestartPolicy
 from sglang_engram.config import DEFAULT_OFFLOAD
+from sglang_engram.flags import ENGRAM_FLAGS
 
 ROLES = ("prefill", "decode")
 # NOTE: SGLang 0.5.23's names; mooncake_tcp is mooncake without RDMA.
@@ -31,12 +32,7 @@ MANAGED_WORKER_FLAGS = (
     "--disaggregation-mode",
     "--disaggregation-transfer-backend",
     "--disaggregation-bootstrap-port",
-    "--engram-offload",
-    "--engram-ssd-dir",
-    "--engram-prefetch",
-    "--no-engram-prefetch",
-    "--engram-hot-cache-gb",
-    "--engram-ram-cache-gb",
+    *ENGRAM_FLAGS,
 )
 MANAGED_ROUTER_FLAGS = (
     "--host",
