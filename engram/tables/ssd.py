@@ -100,7 +100,6 @@ class SsdTable(EngramTable):
         unique, inverse = np.unique(flat, return_inverse=True)
         index, rows = self._staging.acquire(unique.size)
         need = self._take_prefetched(unique, rows)
-        self._cache_hits = 0
         if need.all():
             self._cache_hits = self._read(unique, rows)
         elif need.any():

@@ -8,6 +8,7 @@ different source (another checkpoint, or other rows) is refused.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +41,31 @@ def table_dir(ssd_dir: str | Path, layer_id: int, shard: str = "") -> Path:
 
 def checkpoint_source(model_path: str | Path, layer_id: int, rows: tuple[int, int] | None):
     """The checkpoint's rows of one layer (a row range of them for a TP shard)."""
-    from engram.ssd.checkpoint import find_tables
-
-    tables = find_tables(Path(model_path))
+    tables = _checkpoint_tables(Path(model_path))
     if layer_id not in tables:
         raise EngramTableError(f"checkpoint {model_path} has no Engram table for layer {layer_id}")
     source = tables[layer_id]
     if rows is not None and rows != (0, source.num_rows):
         return ShardRows(source, *rows)
     return source
+
+
+def _checkpoint_tables(checkpoint: Path) -> dict[int, Any]:
+    """``find_tables`` of ``checkpoint``, read once per process while its files stay
+    the same (the startup check asks once per layer and TP shard)."""
+    files = tuple(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(checkpoint.glob("*.safetensors"))
+    )
+    return _find_tables(str(checkpoint.resolve()), files)
+
+
+@functools.lru_cache(maxsize=8)
+def _find_tables(checkpoint: str, files: tuple[tuple[str, int, int], ...]) -> dict[int, Any]:
+    # NOTE: ``files`` (names, sizes, mtimes) only keys the cache: a changed file re-reads.
+    from engram.ssd.checkpoint import find_tables
+
+    return find_tables(Path(checkpoint))
 
 
 def check_same_source(path: Path, source: Any) -> None:
