@@ -91,3 +91,22 @@ def test_bad_inputs_are_named(device: torch.device) -> None:
     else:
         with pytest.raises(EngramInputError, match="table is on cpu"):
             gather_dequant(weight.cpu(), scale.cpu(), ids)
+
+
+def test_warm_up_launches_both_variants_without_counting(device: torch.device) -> None:
+    """What hbm/dram tables run when built: both gather variants (so a CUDA-graph
+    capture loads no kernel), counted into the scratch counter only."""
+    from engram_kernels import UniqueCounter
+    from engram_kernels.lookup import counted_lookup, warm_up
+
+    weight, scale = random_table(random.randint(50, 200), 64)
+    weight, scale = weight.to(device), scale.to(device)
+    counter = UniqueCounter(device)
+    warm_up(weight, scale, counter)
+    assert counter.drain() == 0  # nothing reported for a lookup nobody asked for
+    assert counter.scratch.drain() == 2 + 1  # 2 rows read plainly, 1 with dedup
+    ids = torch.randint(0, weight.shape[0], (40,), device=device)
+    rows, read = counted_lookup(weight, scale, ids, counter)
+    assert same_bits(rows, reference(weight.cpu(), scale.cpu(), ids.cpu()))
+    # below the dedup threshold every row is read (on a GPU the count arrives late)
+    assert read + counter.drain() == ids.numel()
