@@ -28,6 +28,11 @@ def _scale_lut() -> torch.Tensor:
 SCALE_LUT = _scale_lut()
 
 
+def row_bytes(head_dim: int) -> int:
+    """Bytes of one packed row: ``head_dim`` e4m3 bytes and one exponent byte per block."""
+    return head_dim + head_dim // FP8_BLOCK
+
+
 def as_uint8(t: torch.Tensor) -> torch.Tensor:
     """View an fp8/e8m0/uint8 tensor as raw bytes."""
     return t if t.dtype == torch.uint8 else t.view(torch.uint8)
