@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 
 from engram.errors import EngramTableError
-from engram.spec import FP8_BLOCK
 
+# NOTE: one ue8m0 exponent covers this many consecutive values of a row.
+FP8_BLOCK = 32
 E4M3_MAX = 448.0
 SCALE_NAN = 255
 BF16_NAN_BITS = 0x7FC0  # engram_kernels' dequant writes the same
@@ -86,9 +87,9 @@ def pack_rows(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 def unpack_rows(packed: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inverse of :func:`pack_rows`: views, no copy."""
-    if packed.shape[-1] != head_dim + head_dim // FP8_BLOCK:
+    if packed.shape[-1] != row_bytes(head_dim):
         raise EngramTableError(
             f"packed rows are {packed.shape[-1]} bytes wide, expected "
-            f"{head_dim + head_dim // FP8_BLOCK} for head_dim {head_dim}"
+            f"{row_bytes(head_dim)} for head_dim {head_dim}"
         )
     return packed[..., :head_dim], packed[..., head_dim:]

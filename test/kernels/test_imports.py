@@ -48,6 +48,6 @@ def test_importing_every_module_loads_neither_engram_nor_sglang() -> None:
 def test_the_fp8_block_agrees_with_the_core_library() -> None:
     from engram_kernels.dequant import FP8_BLOCK
 
-    from engram.spec import FP8_BLOCK as SPEC_BLOCK
+    from engram.fp8 import FP8_BLOCK as CORE_BLOCK
 
-    assert FP8_BLOCK == SPEC_BLOCK
+    assert FP8_BLOCK == CORE_BLOCK
