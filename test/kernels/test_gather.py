@@ -9,7 +9,7 @@ import torch
 from engram_kernels import gather_dequant
 
 from engram.fp8 import pack_rows
-from test.kernels.tables import poisoned, random_table, reference, same_bits
+from test.kernels.tables import drained, poisoned, random_table, reference, same_bits
 
 
 @pytest.mark.parametrize("dim", [32, 64, 96, 256])
@@ -85,10 +85,10 @@ def test_warm_up_launches_both_variants_without_counting(device: torch.device) -
     weight, scale = weight.to(device), scale.to(device)
     counter = UniqueCounter(device)
     warm_up(weight, scale, counter)
-    assert counter.drain() == 0  # nothing reported for a lookup nobody asked for
-    assert counter.scratch.drain() == 2 + 1  # 2 rows read plainly, 1 with dedup
+    assert drained(counter) == 0  # nothing reported for a lookup nobody asked for
+    assert drained(counter.scratch) == 2 + 1  # 2 rows read plainly, 1 with dedup
     ids = torch.randint(0, weight.shape[0], (40,), device=device)
     rows, read = counted_lookup(weight, scale, ids, counter)
     assert same_bits(rows, reference(weight.cpu(), scale.cpu(), ids.cpu()))
     # below the dedup threshold every row is read (on a GPU the count arrives late)
-    assert read + counter.drain() == ids.numel()
+    assert read + drained(counter) == ids.numel()

@@ -9,7 +9,7 @@ import torch
 from engram_kernels.lookup import DEDUP_MIN_ROWS
 
 from engram.tables import create_table
-from test.kernels.tables import random_table, reference, same_bits
+from test.kernels.tables import drained, random_table, reference, same_bits
 
 pytestmark = pytest.mark.gpu
 
@@ -26,7 +26,7 @@ def test_placements_use_the_kernels(placement: str) -> None:
         assert rows.device.type == "cuda"
         assert same_bits(rows, cpu.lookup(ids)) and same_bits(rows, reference(weight, scale, ids))
     torch.cuda.synchronize()
-    read = gpu.counters.snapshot()["unique_rows"] + gpu._unique.drain()
+    read = gpu.counters.snapshot()["unique_rows"] + drained(gpu._unique)
     assert read == 2 * decode.numel() + torch.unique(prefill).numel()
     assert gpu.counters.snapshot()["rows_requested"] == 2 * decode.numel() + prefill.numel()
     gpu.close()
@@ -50,7 +50,7 @@ def test_hbm_lookups_replay_in_a_cuda_graph(tokens: int) -> None:
         graph.replay()
         torch.cuda.synchronize()
         assert same_bits(out, reference(weight, scale, new))
-    assert table.counters.snapshot()["unique_rows"] + table._unique.drain() == 0
+    assert table.counters.snapshot()["unique_rows"] + drained(table._unique) == 0
     table.close()
 
 
