@@ -37,7 +37,8 @@ import engram_kernels  # noqa: E402
 from engram_kernels import alloc_host_buffer, gather_dequant, register_host_table  # noqa: E402
 from engram_kernels.lookup import DEDUP_MIN_ROWS  # noqa: E402
 
-from engram.fp8 import dequantize_rows  # noqa: E402
+from engram.files import GIB  # noqa: E402
+from engram.fp8 import FP8_BLOCK, dequantize_rows, row_bytes  # noqa: E402
 
 ROWS_PER_TOKEN = 48
 TARGETS = {"uva_vs_h2d": 0.60, "hbm_vs_d2d": 0.50, "dedup_overhead": 0.05}
@@ -80,7 +81,7 @@ def time_gather(w, s, ids: torch.Tensor, dedup: bool, out: torch.Tensor, rep_ms:
 
 
 def ceilings(rep_ms: int) -> dict[str, float]:
-    n = 1 << 30
+    n = GIB
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
@@ -91,12 +92,12 @@ def ceilings(rep_ms: int) -> dict[str, float]:
 
 def tables(gib: float, dim: int) -> dict[str, object]:
     """An HBM table (separate arrays) and the same rows as a registered host table."""
-    row_bytes = dim + dim // 32
-    rows = int(gib * 2**30) // row_bytes
+    width = row_bytes(dim)
+    rows = int(gib * GIB) // width
     weight = torch.randint(0, 256, (rows, dim), dtype=torch.uint8, device="cuda")
-    scale = torch.randint(100, 150, (rows, dim // 32), dtype=torch.uint8, device="cuda")
+    scale = torch.randint(100, 150, (rows, dim // FP8_BLOCK), dtype=torch.uint8, device="cuda")
     out: dict[str, object] = {"rows": rows, "hbm": (weight, scale)}
-    packed = alloc_host_buffer(rows * row_bytes).view(rows, row_bytes)
+    packed = alloc_host_buffer(rows * width).view(rows, width)
     chunk = 1 << 20
     for start in range(0, rows, chunk):
         part = torch.cat([weight[start : start + chunk], scale[start : start + chunk]], dim=1)
@@ -125,7 +126,7 @@ def batches(rows: int, tokens: int, zipf: float) -> dict[str, torch.Tensor]:
 
 def measure(args: argparse.Namespace, tabs: dict, ceil: dict[str, float]) -> list[dict]:
     dim = args.head_dim
-    row_bytes = dim + dim // 32
+    width = row_bytes(dim)
     cases = []
     print(
         f"{'table':5} {'tokens':>6} {'ids':8} {'dedup':5} {'us':>9} {'Mrows/s':>9} "
@@ -137,7 +138,7 @@ def measure(args: argparse.Namespace, tabs: dict, ceil: dict[str, float]) -> lis
             out = torch.empty(ids.numel(), dim, dtype=torch.bfloat16, device="cuda")
             for table in (t for t in ("hbm", "uva") if t in tabs):
                 weight, scale = tabs[table]
-                moved = ids.numel() * (row_bytes + (2 * dim if table == "hbm" else 0))
+                moved = ids.numel() * (width + (2 * dim if table == "hbm" else 0))
                 ceiling = ceil["d2d_gbps" if table == "hbm" else "h2d_gbps"] * 1e9
                 for dedup in (False, True):
                     sec = time_gather(weight, scale, ids, dedup, out, args.rep_ms)
@@ -225,7 +226,7 @@ def run_interpreter() -> dict:
     rows, dim = 4096, 256
     weight = torch.randint(0, 256, (rows, dim), dtype=torch.uint8)
     weight[(weight & 0x7F) == 0x7F] = 0
-    scale = torch.randint(100, 150, (rows, dim // 32), dtype=torch.uint8)
+    scale = torch.randint(100, 150, (rows, dim // FP8_BLOCK), dtype=torch.uint8)
     ids = torch.randint(0, 64, (8, ROWS_PER_TOKEN))
     expected = dequantize_rows(weight[ids], scale[ids]).view(torch.int16)
     ok = all(

@@ -3,7 +3,8 @@
 A row of width D is ``D`` e4m3 bytes plus ``D / 32`` exponent bytes (264 bytes for
 D = 256). Dequantisation is ``bf16(float32(e4m3) * 2**(e - 127))`` with a single
 rounding (the fp32 product is exact); ``e = 0`` means ``2**-127`` and ``e = 255`` (NaN
-in ue8m0) is rejected.
+in ue8m0) is rejected. The e4m3 NaN bytes (0x7F, 0xFF) give the bf16 NaN ``0x7FC0``, the
+one NaN every placement returns (torch's own cast gives other bits on some CPUs).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import torch
 
 from engram.errors import EngramTableError
-from engram.spec import FP8_BLOCK
 
+# NOTE: one ue8m0 exponent covers this many consecutive values of a row.
+FP8_BLOCK = 32
 E4M3_MAX = 448.0
 SCALE_NAN = 255
+BF16_NAN_BITS = 0x7FC0  # engram_kernels' dequant writes the same
 
 
 def _scale_lut() -> torch.Tensor:
@@ -72,7 +75,9 @@ def dequantize_rows(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         raise EngramTableError("scale byte 255 (NaN in ue8m0) found in an Engram row")
     values = w.view(torch.float8_e4m3fn).float().unflatten(-1, (-1, FP8_BLOCK))
     factors = SCALE_LUT.to(s.device)[s.long()].unsqueeze(-1)
-    return (values * factors).flatten(-2).to(torch.bfloat16)
+    out = (values * factors).flatten(-2).to(torch.bfloat16)
+    out.view(torch.int16).masked_fill_(out.isnan(), BF16_NAN_BITS)
+    return out
 
 
 def pack_rows(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -82,9 +87,9 @@ def pack_rows(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 def unpack_rows(packed: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inverse of :func:`pack_rows`: views, no copy."""
-    if packed.shape[-1] != head_dim + head_dim // FP8_BLOCK:
+    if packed.shape[-1] != row_bytes(head_dim):
         raise EngramTableError(
             f"packed rows are {packed.shape[-1]} bytes wide, expected "
-            f"{head_dim + head_dim // FP8_BLOCK} for head_dim {head_dim}"
+            f"{row_bytes(head_dim)} for head_dim {head_dim}"
         )
     return packed[..., :head_dim], packed[..., head_dim:]

@@ -7,9 +7,18 @@ Two variants are registered in :data:`ENGRAM_VARIANTS`:
 - ``v41`` (DeepSeek-V4.1): ``kv = wkv(concat(rows))`` holds one key per residual stream
   and one shared value; each stream gates the value by a normalised dot product with its
   key. fp32 math, one cast back to ``x``'s dtype.
-- ``paper`` (the Engram paper's demo): per-stream key projections and RMSNorms, and a
-  causal depthwise ShortConv (kernel 4, dilation N) whose SiLU output is added to the
-  gated value.
+- ``paper``: DeepSeek's public demo (``engram_demo_v1.py`` in deepseek-ai/Engram): per-stream
+  key projections and a value projection, all with biases; per-stream RMSNorms of keys and
+  queries; a sign-sqrt sigmoid gate (exactly 1/2 where the dot product is 0); and a causal
+  depthwise ShortConv (kernel 4, dilation N, its own RMSNorms) whose SiLU output is added to
+  the gated value. The epsilons are the demo's: the gate norms are ``nn.RMSNorm`` without
+  an eps, i.e. the fp32 machine epsilon for the demo's fp32 activations, and the ShortConv
+  norms use 1e-5 (``config.eps``, the model's ``rms_norm_eps``, is the V4.1 gate's).
+  Differences from the demo that remain: the rows are FP8 dequantised to bf16 (the demo
+  keeps fp32 embeddings); the math runs in fp32 whatever ``x``'s dtype, with one cast back;
+  image tokens keep ``x`` (the demo has none); chunked prefill and decoding carry the conv
+  history in :class:`EngramState` (the demo convolves whole sequences; the result is the
+  same, see the tests).
 
 With the ``off`` placement every variant is the identity and never touches its table.
 """
@@ -27,7 +36,7 @@ from engram.spec import EngramSpec
 from engram.tables import EngramTable
 
 # NOTE: the gate's signed square root floors |d| here (as the DSv4.1 training kernel
-# does), so d == 0 still gets a positive gate slightly above 1/2.
+# does), so in the V4.1 gate d == 0 still gets a positive gate slightly above 1/2.
 GATE_FLOOR = 1e-6
 
 
@@ -193,10 +202,15 @@ def v41_gate(
 
 
 class PaperEngram(Engram):
-    """The paper's demo: per-stream keys and norms, value + SiLU(ShortConv(value)).
+    """DeepSeek's demo: per-stream keys and norms, value + SiLU(ShortConv(value)).
 
     Image-token rows keep ``x``, but their gated value still enters the conv history.
     """
+
+    # The demo's epsilons: its gate norms are nn.RMSNorm(eps=None), which takes the
+    # activations' machine epsilon (fp32 here), and its ShortConv norms use 1e-5.
+    GATE_NORM_EPS = torch.finfo(torch.float32).eps
+    CONV_NORM_EPS = 1e-5
 
     def __init__(
         self, config: EngramModuleConfig, table: EngramTable, dtype: torch.dtype = torch.bfloat16
@@ -204,11 +218,13 @@ class PaperEngram(Engram):
         super().__init__(config, table)
         hidden, hc, k = config.hidden_size, config.hc_mult, config.conv_kernel
 
-        def param(*shape: int) -> nn.Parameter:
-            return nn.Parameter(torch.ones(*shape, dtype=dtype), requires_grad=False)
+        def param(*shape: int, fill: float = 1.0) -> nn.Parameter:
+            return nn.Parameter(torch.full(shape, fill, dtype=dtype), requires_grad=False)
 
         self.key_proj = param(hc, hidden, config.input_dim)
+        self.key_bias = param(hc, hidden, fill=0.0)
         self.value_proj = param(hidden, config.input_dim)
+        self.value_bias = param(hidden, fill=0.0)
         self.key_norm = param(hc, hidden)
         self.query_norm = param(hc, hidden)
         self.conv_norm = param(hc, hidden)
@@ -223,15 +239,14 @@ class PaperEngram(Engram):
     ) -> torch.Tensor:
         cfg = self.config
         emb = rows.float()
-        keys = torch.einsum("ti,hdi->thd", emb, self.key_proj.float())
-        value = emb @ self.value_proj.float().T  # [T, D]
+        keys = torch.einsum("ti,hdi->thd", emb, self.key_proj.float()) + self.key_bias.float()
+        value = nn.functional.linear(emb, self.value_proj.float(), self.value_bias.float())
         h = x.float()
-        q = _rms(h, cfg.eps) * self.query_norm.float()
-        kn = _rms(keys, cfg.eps) * self.key_norm.float()
-        dot = (q * kn).sum(-1) * cfg.hidden_size**-0.5
-        gate = torch.sigmoid(torch.copysign(dot.abs().clamp_min(GATE_FLOOR).sqrt(), dot))
+        q = _rms(h, self.GATE_NORM_EPS) * self.query_norm.float()
+        kn = _rms(keys, self.GATE_NORM_EPS) * self.key_norm.float()
+        gate = paper_gate((q * kn).sum(-1) * cfg.hidden_size**-0.5)
         gated = gate.unsqueeze(-1) * value.unsqueeze(-2)  # [T, hc, D]
-        conv = self._short_conv(_rms(gated, cfg.eps) * self.conv_norm.float(), state)
+        conv = self._short_conv(_rms(gated, self.CONV_NORM_EPS) * self.conv_norm.float(), state)
         out = (h + gated + nn.functional.silu(conv)).to(x.dtype)
         if keep is not None:
             out = torch.where(keep[:, None, None], x, out)
@@ -253,6 +268,12 @@ class PaperEngram(Engram):
         if state is not None:
             state.conv = seq[seq.shape[0] - ctx :].clone()
         return out
+
+
+def paper_gate(dot: torch.Tensor) -> torch.Tensor:
+    """sigmoid(sign(d) * sqrt(max(|d|, GATE_FLOOR))): exactly 1/2 where ``d`` is 0 (the
+    demo multiplies by ``sign``, unlike the V4.1 gate's ``copysign``)."""
+    return torch.sigmoid(dot.abs().clamp_min(GATE_FLOOR).sqrt() * dot.sign())
 
 
 def _rms(t: torch.Tensor, eps: float) -> torch.Tensor:

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from engram import fp8
 from engram.errors import EngramConfigError
+from engram.fp8 import FP8_BLOCK
 from engram.primes import prime_layout
 
 _REQUIRED = (
@@ -26,9 +28,6 @@ _REQUIRED = (
     "engram_n_heads",
     "engram_head_dim",
 )
-
-# NOTE: one ue8m0 exponent covers this many consecutive values of a row.
-FP8_BLOCK = 32
 
 
 def _field(cfg: Any, name: str, default: Any = None) -> Any:
@@ -140,7 +139,7 @@ class EngramSpec:
     @property
     def row_bytes(self) -> int:
         """Bytes of one FP8 row plus its ue8m0 scales."""
-        return self.head_dim + self.scale_dim
+        return fp8.row_bytes(self.head_dim)
 
     @functools.cached_property
     def primes(self) -> tuple[tuple[tuple[int, ...], ...], ...]:

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engram import fp8
 from engram.errors import EngramInputError, EngramTableError
-from engram.fp8 import as_uint8
-from engram.spec import FP8_BLOCK
+from engram.fp8 import FP8_BLOCK, as_uint8
 from engram.tables.timing import LookupClock
 
 
@@ -37,10 +37,6 @@ class TableCounters:
             for tier, n in tier_bytes.items():
                 self.bytes_read[tier] = self.bytes_read.get(tier, 0) + n
             self.seconds += sum(seconds)
-
-    @property
-    def unique_ratio(self) -> float:
-        return self.unique_rows / self.rows_requested if self.rows_requested else 1.0
 
     def snapshot(self) -> dict[str, object]:
         with self._lock:
@@ -91,7 +87,7 @@ class EngramTable(ABC):
 
     @property
     def row_bytes(self) -> int:
-        return self.head_dim + self.head_dim // FP8_BLOCK
+        return fp8.row_bytes(self.head_dim)
 
     def lookup(self, row_ids: torch.Tensor) -> torch.Tensor:
         mark = self._clock.start()

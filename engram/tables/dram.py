@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from engram.spec import FP8_BLOCK
+from engram.fp8 import row_bytes
 from engram.tables.base import EngramTable, as_table_bytes
 from engram.tables.gather import gather_dequant_torch
 
@@ -69,26 +69,26 @@ def packed_host_rows(
     """uint8 weight ``[rows, D]`` and scale ``[rows, D/32]`` views of one packed
     ``[rows, D + D/32]`` host buffer, the layout a ``dram`` table keeps; for a CUDA
     ``device`` on (advised) huge pages, ready for UVA registration."""
-    row_bytes = head_dim + head_dim // FP8_BLOCK
+    width = row_bytes(head_dim)
     if torch.device(device).type == "cuda":
         from engram_kernels import alloc_host_buffer
 
         # NOTE: a row is one contiguous read over the bus, and torch's pinned allocator
         # would round a 94 GiB table up to 128 GiB.
-        packed = alloc_host_buffer(max(num_rows, 1) * row_bytes)[: num_rows * row_bytes]
+        packed = alloc_host_buffer(max(num_rows, 1) * width)[: num_rows * width]
     else:
-        packed = torch.empty(num_rows * row_bytes, dtype=torch.uint8, device="cpu")
-    packed = packed.view(num_rows, row_bytes)
+        packed = torch.empty(num_rows * width, dtype=torch.uint8, device="cpu")
+    packed = packed.view(num_rows, width)
     return packed[:, :head_dim], packed[:, head_dim:]
 
 
 def _packed_on_host(weight: torch.Tensor, scale: torch.Tensor) -> bool:
     """Are ``weight`` and ``scale`` the two halves of one packed host buffer?"""
-    row_bytes = weight.shape[1] + scale.shape[1]
+    width = weight.shape[1] + scale.shape[1]
     return (
         weight.device.type == "cpu"
         and scale.device.type == "cpu"
-        and weight.stride() == (row_bytes, 1)
-        and scale.stride() == (row_bytes, 1)
+        and weight.stride() == (width, 1)
+        and scale.stride() == (width, 1)
         and scale.data_ptr() == weight.data_ptr() + weight.shape[1]
     )

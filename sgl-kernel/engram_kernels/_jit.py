@@ -18,8 +18,6 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from engram.errors import EngramInputError
-
 
 def _interpreting() -> bool:
     flag = os.environ.get("TRITON_INTERPRET", "").strip().lower()
@@ -78,17 +76,17 @@ def launch_device(*tensors: torch.Tensor | None) -> torch.device:
     """The one device all ``tensors`` live on, checked against the launch mode."""
     devices = {t.device for t in tensors if t is not None}
     if len(devices) != 1:
-        raise EngramInputError(
+        raise ValueError(
             f"kernel operands must live on one device, got {sorted(map(str, devices))}"
         )
     device = devices.pop()
     if device.type == "cpu" and not INTERPRET:
-        raise EngramInputError(
+        raise ValueError(
             "CPU tensors run only under the Triton interpreter: set TRITON_INTERPRET=1 "
             "before importing engram_kernels, or pass GPU tensors"
         )
     if device.type != "cpu" and INTERPRET:
-        raise EngramInputError(
+        raise ValueError(
             f"engram_kernels is in Triton interpreter mode and runs on CPU tensors only, "
             f"got {device}; unset TRITON_INTERPRET to run on the GPU"
         )

@@ -5,7 +5,7 @@ The gather kernels add the number of rows they actually read (after dedup) to
 ``TableCounters`` what was counted since the last call: on a GPU it starts an
 asynchronous copy into pinned memory and reports what the previous copy brought once
 its event has completed, so a lookup never waits for the GPU (the figure lags by at
-most a few lookups; :meth:`drain` waits for the rest).
+most a few lookups; once the device is idle, two calls bring it up to date).
 """
 
 from __future__ import annotations
@@ -42,13 +42,6 @@ class UniqueCounter:
         self._event = torch.cuda.Event()
         self._event.record()
         return self._advance(seen)
-
-    def drain(self) -> int:
-        """Everything counted so far and not yet taken (waits for the device)."""
-        if self._event is not None:
-            self._event.synchronize()
-            self._event = None
-        return self._advance(int(self.total[0].item()))
 
     def _advance(self, seen: int) -> int:
         delta, self._reported = seen - self._reported, seen

@@ -22,7 +22,10 @@ import triton.language as tl
 
 from engram_kernels._jit import kernel
 
-BF16_NAN = tl.constexpr(0x7FC0)
+# NOTE: the row format: one ue8m0 exponent byte per 32 e4m3 values (``engram.fp8``'s
+# FP8_BLOCK; test_imports checks that they agree, since this package imports no engram).
+FP8_BLOCK = 32
+BF16_NAN = tl.constexpr(0x7FC0)  # the one NaN every placement returns
 
 
 @kernel

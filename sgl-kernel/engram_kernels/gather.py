@@ -2,9 +2,8 @@
 
 One program handles ``ROWS`` row ids: it reads each row's D e4m3 bytes and D/32
 exponent bytes (through raw addresses and row strides, so separate arrays, the packed
-264-byte layout and UVA host tables are the same code) and writes bf16 rows, or, for
-:func:`gather_fp8`, packed FP8 rows (half the bytes of bf16, for moving rows between
-ranks). Ids outside ``[0, rows)`` -- negative ids are padding -- give zero rows.
+264-byte layout and UVA host tables are the same code) and writes bf16 rows. Ids
+outside ``[0, rows)`` -- negative ids are padding -- give zero rows.
 
 With ``dedup`` the program first claims its ids (see ``dedup.py``), reads only rows it
 claimed, and a second launch copies them to the lanes that repeat them.
@@ -16,20 +15,14 @@ import torch
 import triton
 import triton.language as tl
 
-from engram.errors import EngramInputError
 from engram_kernels._jit import block, count_true, grid_for, kernel, launch_device, on_device
 from engram_kernels.counters import UniqueCounter
 from engram_kernels.dedup import claim_rows, claim_table, expand_rows
-from engram_kernels.dequant import dequant_bf16_bits
-from engram_kernels.operands import (
-    TableArray,
-    TableOperand,
-    check_ids_in_range,
-    check_row_ids,
-    table_operand,
-)
+from engram_kernels.dequant import FP8_BLOCK, dequant_bf16_bits
+from engram_kernels.operands import TableArray, check_ids_in_range, check_row_ids, table_operand
 
 GATHER_ROWS = block(16, 128)
+BLOCK = tl.constexpr(FP8_BLOCK)
 
 
 @kernel(sizes=("n", "num_rows", "cap_mask"))
@@ -52,7 +45,6 @@ def _gather_kernel(
     ROWS: tl.constexpr,
     W_ALIGN: tl.constexpr,
     S_ALIGN: tl.constexpr,
-    PACKED: tl.constexpr,
     DEDUP: tl.constexpr,
     COUNT: tl.constexpr,
 ):
@@ -71,7 +63,7 @@ def _gather_kernel(
     write = in_batch & (read | ~valid)
     row = tl.where(read, ids, 0)
     blk = tl.arange(0, NB_P2)
-    col = blk[None, :, None] * 32 + tl.arange(0, 32)[None, None, :]
+    col = blk[None, :, None] * BLOCK + tl.arange(0, BLOCK)[None, None, :]
     blk_ok = (blk < NB)[None, :]
     # NOTE: Triton cannot see through the int -> pointer casts, so the row starts'
     # alignment (checked on the host) is stated; it lets the loads vectorise.
@@ -81,14 +73,9 @@ def _gather_kernel(
     s_row = tl.multiple_of(s_row, S_ALIGN)
     w = tl.load(w_row[:, None, None] + col, mask=read[:, None, None] & blk_ok[:, :, None], other=0)
     e = tl.load(s_row[:, None] + blk[None, :], mask=read[:, None] & blk_ok, other=0)
-    if PACKED:
-        dst = out_ptr + pos[:, None] * (D + NB)
-        tl.store(dst[:, :, None] + col, w, mask=write[:, None, None] & blk_ok[:, :, None])
-        tl.store(dst + D + blk[None, :], e, mask=write[:, None] & blk_ok)
-    else:
-        bits = dequant_bf16_bits(w, e[:, :, None])
-        dst = out_ptr + pos[:, None, None] * D + col
-        tl.store(dst, bits, mask=write[:, None, None] & blk_ok[:, :, None])
+    bits = dequant_bf16_bits(w, e[:, :, None])
+    dst = out_ptr + pos[:, None, None] * D + col
+    tl.store(dst, bits, mask=write[:, None, None] & blk_ok[:, :, None])
 
 
 def gather_dequant(
@@ -109,57 +96,29 @@ def gather_dequant(
     number of rows actually read, on the device.
     """
     table = table_operand(weight, scale)
-    return _gather(table, row_ids, torch.bfloat16, table.head_dim, dedup, out, unique_counter)
-
-
-def gather_fp8(
-    weight: TableArray,
-    scale: TableArray,
-    row_ids: torch.Tensor,
-    *,
-    dedup: bool = False,
-    out: torch.Tensor | None = None,
-    unique_counter: UniqueCounter | None = None,
-) -> torch.Tensor:
-    """Packed FP8 rows ``[*row_ids.shape, D + D/32]`` uint8 (e4m3 bytes, then exponent
-    bytes): :func:`gather_dequant` without the dequantisation."""
-    table = table_operand(weight, scale)
-    return _gather(table, row_ids, torch.uint8, table.row_bytes, dedup, out, unique_counter)
-
-
-def _gather(
-    table: TableOperand,
-    row_ids: torch.Tensor,
-    dtype: torch.dtype,
-    width: int,
-    dedup: bool,
-    out: torch.Tensor | None,
-    counter: UniqueCounter | None,
-) -> torch.Tensor:
     ids = check_row_ids(row_ids)
-    shape = (*row_ids.shape, width)
+    shape = (*row_ids.shape, table.head_dim)
     if out is None:
-        out = torch.empty(shape, dtype=dtype, device=ids.device)
-    elif out.dtype != dtype or tuple(out.shape) != shape or not out.is_contiguous():
-        raise EngramInputError(
-            f"out must be a contiguous {dtype} tensor of shape {list(shape)}, got "
+        out = torch.empty(shape, dtype=torch.bfloat16, device=ids.device)
+    elif out.dtype != torch.bfloat16 or tuple(out.shape) != shape or not out.is_contiguous():
+        raise ValueError(
+            f"out must be a contiguous bfloat16 tensor of shape {list(shape)}, got "
             f"{out.dtype} {list(out.shape)}"
         )
-    device = launch_device(ids, out, counter.total if counter is not None else None)
+    count = unique_counter.total if unique_counter is not None else None
+    device = launch_device(ids, out, count)
     if table.device != device:
-        raise EngramInputError(f"the table is on {table.device} but the row ids are on {device}")
+        raise ValueError(f"the table is on {table.device} but the row ids are on {device}")
     check_ids_in_range(ids, table.num_rows)
     n = ids.numel()
     if n == 0:
         return out
-    flat = out.view(n, width)
-    kernel_out = flat.view(torch.int16) if dtype == torch.bfloat16 else flat
+    bits = out.view(n, table.head_dim).view(torch.int16)
     src = keys = None
     cap_mask = 0
     if dedup:
         src = torch.empty(n, dtype=torch.int64, device=device)
         keys, cap_mask = claim_table(n, GATHER_ROWS, device)
-    count = counter.total if counter is not None else None
     with on_device(device):
         _gather_kernel[grid_for(n, GATHER_ROWS)](
             table.weight_addr,
@@ -169,7 +128,7 @@ def _gather(
             ids,
             n,
             table.num_rows,
-            kernel_out,
+            bits,
             src if src is not None else ids,
             keys if keys is not None else ids,
             cap_mask,
@@ -180,12 +139,11 @@ def _gather(
             ROWS=GATHER_ROWS,
             W_ALIGN=_alignment(table.weight_addr, table.weight_stride),
             S_ALIGN=_alignment(table.scale_addr, table.scale_stride),
-            PACKED=dtype == torch.uint8,
             DEDUP=dedup,
             COUNT=count is not None,
         )
     if dedup:
-        expand_rows(kernel_out, src)
+        expand_rows(bits, src)
     return out
 
 

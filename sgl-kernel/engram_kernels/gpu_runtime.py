@@ -18,8 +18,6 @@ from pathlib import Path
 
 import torch
 
-from engram.errors import EngramTableError
-
 REGISTER_PORTABLE = 0x1
 REGISTER_MAPPED = 0x2
 REGISTER_READ_ONLY = 0x8
@@ -81,7 +79,7 @@ class GpuRuntime:
         if name.endswith("HostMemoryAlreadyRegistered"):
             return False
         hint = " (is the locked-memory limit, ulimit -l, high enough?)" if "Memory" in name else ""
-        raise EngramTableError(
+        raise RuntimeError(
             f"{self.api}HostRegister of {nbytes:,} bytes at {ptr:#x} failed: {name}{hint}"
         )
 
@@ -89,7 +87,7 @@ class GpuRuntime:
         out = ctypes.c_void_p()
         code = self._call("HostGetDevicePointer", ctypes.byref(out), ctypes.c_void_p(ptr), 0)
         if code != 0:
-            raise EngramTableError(
+            raise RuntimeError(
                 f"{self.api}HostGetDevicePointer({ptr:#x}) failed: {self.error_name(code)}"
             )
         return int(out.value or 0)
@@ -97,7 +95,7 @@ class GpuRuntime:
     def unregister(self, ptr: int) -> None:
         code = self._call("HostUnregister", ctypes.c_void_p(ptr))
         if code != 0:
-            raise EngramTableError(
+            raise RuntimeError(
                 f"{self.api}HostUnregister({ptr:#x}) failed: {self.error_name(code)}"
             )
 
@@ -116,7 +114,7 @@ def gpu_runtime() -> GpuRuntime:
     api = runtime_api()
     library = loaded_library(api)
     if library is None:
-        raise EngramTableError(
+        raise RuntimeError(
             f"torch has not loaded the {api} runtime library into this process "
             "(a CPU-only torch build?); host tables need a GPU build of torch"
         )

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 
-from engram.errors import EngramTableError
 from engram_kernels.gpu_runtime import gpu_runtime
 from engram_kernels.hugepages import (
     MIN_HUGE_FRACTION,
@@ -83,11 +82,11 @@ def register_host_table(
         device = torch.device(device.type, torch.cuda.current_device())
     for name, t in (("weight", weight), ("scale", scale)):
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
-            raise EngramTableError(f"host table {name} must be a CPU tensor")
+            raise ValueError(f"host table {name} must be a CPU tensor")
         if t.ndim != 2 or (t.shape[1] > 1 and t.stride(1) != 1):
-            raise EngramTableError(f"host table {name} must be 2-D with contiguous rows")
+            raise ValueError(f"host table {name} must be 2-D with contiguous rows")
     if weight.shape[0] != scale.shape[0]:
-        raise EngramTableError(
+        raise ValueError(
             f"host table weight has {weight.shape[0]} rows but its scale has {scale.shape[0]}"
         )
     spans = _spans(weight, scale)
@@ -143,14 +142,14 @@ def _map(host: int, nbytes: int, device: torch.device, read_only: bool) -> _Regi
     if device.type == "cpu":
         return _Region(host, nbytes, host, registered=False)
     if device.type != "cuda":
-        raise EngramTableError(f"host tables map to a CUDA/ROCm device or the CPU, not {device}")
+        raise ValueError(f"host tables map to a CUDA/ROCm device or the CPU, not {device}")
     torch.cuda.init()
     runtime = gpu_runtime()
     with torch.cuda.device(device):
         registered = runtime.register(host, nbytes, read_only=read_only)
         try:
             return _Region(host, nbytes, runtime.device_pointer(host), registered)
-        except EngramTableError:
+        except RuntimeError:
             if registered:
                 runtime.unregister(host)
             raise

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engram.errors import EngramInputError, EngramTableError
-from engram.spec import FP8_BLOCK
+from engram_kernels.dequant import FP8_BLOCK
 
 _WEIGHT_DTYPES = (torch.uint8, torch.float8_e4m3fn)
 _SCALE_DTYPES = (torch.uint8, torch.float8_e8m0fnu)
@@ -58,10 +57,6 @@ class TableOperand:
     def n_blocks(self) -> int:
         return self.head_dim // FP8_BLOCK
 
-    @property
-    def row_bytes(self) -> int:
-        return self.head_dim + self.n_blocks
-
 
 def table_operand(weight: TableArray, scale: TableArray) -> TableOperand:
     """Check ``(weight [rows, D], scale [rows, D/32])`` and return their addresses."""
@@ -69,14 +64,14 @@ def table_operand(weight: TableArray, scale: TableArray) -> TableOperand:
     s_addr, s_shape, s_stride, s_dev = _describe("scale", scale, _SCALE_DTYPES)
     rows, dim = w_shape
     if dim < FP8_BLOCK or dim % FP8_BLOCK or s_shape != (rows, dim // FP8_BLOCK):
-        raise EngramTableError(
+        raise ValueError(
             f"table scale is {list(s_shape)}, expected [{rows}, {dim // FP8_BLOCK}] for "
             f"weight {list(w_shape)} (one exponent byte per {FP8_BLOCK} values)"
         )
     if w_dev != s_dev:
-        raise EngramTableError(f"table weight is on {w_dev} but its scale is on {s_dev}")
+        raise ValueError(f"table weight is on {w_dev} but its scale is on {s_dev}")
     if rows > MAX_ROWS:
-        raise EngramTableError(f"tables of more than {MAX_ROWS:,} rows are not supported")
+        raise ValueError(f"tables of more than {MAX_ROWS:,} rows are not supported")
     return TableOperand(w_addr, s_addr, w_stride, s_stride, rows, dim, w_dev)
 
 
@@ -85,16 +80,14 @@ def _describe(
 ) -> tuple[int, tuple[int, int], int, torch.device]:
     if isinstance(array, DeviceView):
         if array.dtype not in dtypes:
-            raise EngramTableError(f"table {name} must be one of {dtypes}, got {array.dtype}")
+            raise ValueError(f"table {name} must be one of {dtypes}, got {array.dtype}")
         return array.ptr, tuple(array.shape), array.row_stride, array.device
     if not isinstance(array, torch.Tensor):
-        raise EngramInputError(f"table {name} must be a tensor or a DeviceView, got {type(array)}")
+        raise ValueError(f"table {name} must be a tensor or a DeviceView, got {type(array)}")
     if array.dtype not in dtypes:
-        raise EngramTableError(
-            f"table {name} must be {' or '.join(map(str, dtypes))}, got {array.dtype}"
-        )
+        raise ValueError(f"table {name} must be {' or '.join(map(str, dtypes))}, got {array.dtype}")
     if array.ndim != 2 or (array.shape[1] > 1 and array.stride(1) != 1):
-        raise EngramTableError(
+        raise ValueError(
             f"table {name} must be 2-D with contiguous rows, got shape {list(array.shape)} "
             f"strides {list(array.stride())}"
         )
@@ -105,7 +98,7 @@ def check_row_ids(row_ids: torch.Tensor) -> torch.Tensor:
     """Flat contiguous int32/int64 ids; raises naming a bad dtype."""
     if not isinstance(row_ids, torch.Tensor) or row_ids.dtype not in (torch.int32, torch.int64):
         got = row_ids.dtype if isinstance(row_ids, torch.Tensor) else type(row_ids)
-        raise EngramInputError(f"row ids must be an int32 or int64 tensor, got {got}")
+        raise ValueError(f"row ids must be an int32 or int64 tensor, got {got}")
     return row_ids.reshape(-1).contiguous()
 
 
@@ -115,4 +108,4 @@ def check_ids_in_range(ids: torch.Tensor, num_rows: int) -> None:
     if ids.device.type == "cpu" and ids.numel():
         hi = int(ids.max())
         if hi >= num_rows:
-            raise EngramInputError(f"row id {hi} is out of range for a table of {num_rows:,} rows")
+            raise ValueError(f"row id {hi} is out of range for a table of {num_rows:,} rows")

@@ -1,15 +1,16 @@
 """The reference Engram layer: V4.1 gate bit-exact with upstream, off = identity, and the
-paper variant's causal ShortConv."""
+paper variant equal to DeepSeek's public demo (biases, epsilons, gate, causal ShortConv)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from engram.errors import EngramConfigError
 from engram.fp8 import dequantize_rows, quantize_rows
-from engram.module import EngramModuleConfig, EngramState, make_engram
+from engram.module import EngramModuleConfig, EngramState, PaperEngram, make_engram, paper_gate
 from engram.tables import create_table
 from test.core.upstream import upstream_engram
 
@@ -133,6 +134,83 @@ def test_paper_variant_chunks_match_one_pass():
         start = end
     torch.testing.assert_close(torch.cat(parts), whole)
     assert state.conv is not None and state.conv.shape == (3 * N, HC, HIDDEN)
+
+
+def demo_engram(module: PaperEngram, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """DeepSeek's demo Engram layer (engram_demo_v1.py) built from torch.nn parts with
+    ``module``'s parameters, plus the residual: ``x`` [T, hc, D], ``rows`` [T, input_dim]."""
+    cfg, t = module.config, x.shape[0]
+    hc, hidden, k, dil = cfg.hc_mult, cfg.hidden_size, cfg.conv_kernel, cfg.conv_dilation
+
+    def linear(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
+        layer = nn.Linear(weight.shape[1], weight.shape[0])
+        layer.weight.data.copy_(weight)
+        layer.bias.data.copy_(bias)
+        return layer
+
+    def rms_norm(weight: torch.Tensor, eps: float | None = None) -> nn.RMSNorm:
+        norm = nn.RMSNorm(hidden, eps=eps)  # eps None: the input dtype's machine epsilon
+        norm.weight.data.copy_(weight)
+        return norm
+
+    gates = []
+    for i in range(hc):
+        key = rms_norm(module.key_norm[i])(linear(module.key_proj[i], module.key_bias[i])(rows))
+        query = rms_norm(module.query_norm[i])(x[:, i])
+        d = (key * query).sum(-1) / hidden**0.5
+        gates.append((d.abs().clamp_min(1e-6).sqrt() * d.sign()).sigmoid())
+    value = torch.stack(gates, 1)[..., None] * linear(module.value_proj, module.value_bias)(rows)[
+        :, None
+    ]
+    channels = hc * hidden
+    conv = nn.Conv1d(
+        channels, channels, k, groups=channels, bias=False, padding=(k - 1) * dil, dilation=dil
+    )
+    conv.weight.data.copy_(module.conv_weight.reshape(channels, 1, k))
+    normed = torch.cat([rms_norm(module.conv_norm[i], 1e-5)(value[:, i]) for i in range(hc)], -1)
+    short = F.silu(conv(normed.T[None])[0, :, :t].T).view(t, hc, hidden)
+    return x + value + short
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 1e-4])
+def test_paper_variant_equals_deepseeks_demo(magnitude):
+    # At 1e-4 the mean squares fall below both epsilons, so a wrong eps shows.
+    table = _table()
+    module = make_engram(_config("paper"), table, dtype=torch.float32)
+    _randomise(module)
+    for name in ("key_proj", "key_bias", "value_proj", "value_bias"):
+        getattr(module, name).data.mul_(magnitude)
+    t = int(torch.randint(3 * N + 2, 40, ()))
+    x, row_ids = _inputs(t)
+    x = x.float() * magnitude
+    x[int(torch.randint(0, t, ()))] = 0  # a zero query: the gate's dot product is exactly 0
+    rows = dequantize_rows(table.weight[row_ids], table.scale[row_ids]).flatten(-2).float()
+    with torch.no_grad():
+        expected = demo_engram(module, x, rows)
+    torch.testing.assert_close(module(x, row_ids), expected)
+
+
+def test_paper_variant_uses_its_biases():
+    module = make_engram(_config("paper"), _table(), dtype=torch.float32)
+    _randomise(module)
+    x, row_ids = _inputs(int(torch.randint(4, 30, ())))
+    out = module(x.float(), row_ids)
+    for name in ("key_bias", "value_bias"):
+        bias = getattr(module, name)
+        assert bias.shape == ((HC, HIDDEN) if name == "key_bias" else (HIDDEN,))
+        saved = bias.data.clone()
+        bias.data.add_(torch.randn(bias.shape))
+        assert not torch.equal(module(x.float(), row_ids), out), name
+        bias.data.copy_(saved)
+
+
+def test_paper_gate_is_one_half_at_zero_and_odd_around_it():
+    assert PaperEngram.GATE_NORM_EPS == torch.finfo(torch.float32).eps
+    assert PaperEngram.CONV_NORM_EPS == 1e-5
+    d = torch.rand(50) * 4 + 1e-3
+    assert torch.equal(paper_gate(torch.tensor([0.0, -0.0])), torch.tensor([0.5, 0.5]))
+    torch.testing.assert_close(paper_gate(d) + paper_gate(-d), torch.ones(50))
+    torch.testing.assert_close(paper_gate(d), torch.sigmoid(d.sqrt()))
 
 
 def test_unknown_variant_is_named():

@@ -52,6 +52,21 @@ def test_all_placements_agree_with_each_other(tmp_path: Path) -> None:
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
+def test_nan_rows_have_the_same_bits_in_every_placement(tmp_path: Path) -> None:
+    weight, scale = random_table(rows=300, dim=64)
+    nan_rows = torch.randperm(300)[:5]
+    weight[nan_rows, torch.randint(0, 64, (5,))] = torch.tensor(
+        [0x7F, 0xFF, 0x7F, 0xFF, 0x7F], dtype=torch.uint8
+    )
+    ids = torch.cat([nan_rows, torch.randint(0, 300, (40,))])
+    for placement in ROWS_PLACEMENTS:
+        with make(placement, weight, scale, tmp_path) as table:
+            bits = table.lookup(ids).view(torch.int16)
+        nan = bits.view(torch.bfloat16).isnan()
+        assert int(nan[:5].sum()) >= 5, placement
+        assert bool((bits[nan] == 0x7FC0).all()), placement
+
+
 def test_off_holds_nothing_and_refuses_lookups() -> None:
     table = create_table("off", None, None, num_rows=10, head_dim=64)
     assert table.memory() == {}

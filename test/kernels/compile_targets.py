@@ -15,7 +15,6 @@ import sys
 import engram_kernels
 import triton
 from engram_kernels import dedup, gather
-from engram_kernels import hash as hashing
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -32,49 +31,22 @@ _GATHER = dict(
     count_ptr="*i64",
 )  # fmt: skip
 _GATHER_CONST = dict(D=256, NB=8, NB_P2=8, ROWS=16, W_ALIGN=16, S_ALIGN=8)
-_HASH = dict(
-    tok_ptr="*i64", n_tokens="i32", starts_ptr="*i64", n_reqs="i32", search_steps="i32",
-    hist_ptr="*i64", hist_stride="i64", slots_ptr="*i64", map_ptr="*i64", vocab="i32",
-    mult_ptr="*i64", primes_ptr="*i64", offsets_ptr="*i64", out_ptr="*i64", pad_comp="i64",
-    image_id="i64",
-)  # fmt: skip
-_HASH_CONST = dict(N=4, L=2, L_P2=2, H=8, H_P2=8, N1_P2=4, BLOCK=32)
-
 # name -> (kernel, signature, constexprs); pointers and strides are 16-byte aligned
 # (as Triton specialises them at launch).
 VARIANTS = {
     "gather_bf16_dedup": (
-        gather._gather_kernel, _GATHER,
-        {**_GATHER_CONST, "PACKED": False, "DEDUP": True, "COUNT": True},
+        gather._gather_kernel, _GATHER, {**_GATHER_CONST, "DEDUP": True, "COUNT": True},
     ),
-    "gather_fp8_packed_rows": (
+    "gather_bf16_packed_rows": (
         gather._gather_kernel, _GATHER,
-        {**_GATHER_CONST, "W_ALIGN": 8, "PACKED": True, "DEDUP": False, "COUNT": False},
-    ),
-    "claim": (
-        dedup._claim_kernel,
-        dict(ids_ptr="*i64", n="i32", num_rows="i32", src_ptr="*i64", keys_ptr="*i64", cap_mask="i64"),
-        {"BLOCK": 128},
+        {**_GATHER_CONST, "W_ALIGN": 8, "DEDUP": False, "COUNT": True},
     ),
     "expand": (
         dedup._expand_kernel, dict(out_ptr="*i16", src_ptr="*i64", n="i32"),
         {"ROW": 256, "ROW_P2": 256, "BLOCK": 32},
     ),
-    "hash_extend": (
-        hashing._hash_kernel, _HASH,
-        {**_HASH_CONST, "DECODE": False, "UPDATE": False, "HAS_SLOTS": True, "HAS_IMAGE": True},
-    ),
-    "hash_decode": (
-        hashing._hash_kernel, _HASH,
-        {**_HASH_CONST, "DECODE": True, "UPDATE": True, "HAS_SLOTS": True, "HAS_IMAGE": False},
-    ),
-    "advance": (
-        hashing._advance_kernel,
-        dict(tok_ptr="*i64", starts_ptr="*i64", n_reqs="i32", hist_ptr="*i64", hist_stride="i64", slots_ptr="*i64"),
-        {"N1": 3, "N1_P2": 4, "BLOCK": 16, "HAS_SLOTS": True},
-    ),
 }  # fmt: skip
-_ALIGNED = {"w_addr", "s_addr", "w_stride", "hist_stride"}
+_ALIGNED = {"w_addr", "s_addr", "w_stride"}
 
 
 def facts(asm: dict[str, str]) -> dict[str, object]:

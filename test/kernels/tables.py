@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from engram_kernels import UniqueCounter
 
 from engram.fp8 import dequantize_rows, quantize_rows
 
@@ -35,3 +36,14 @@ def poisoned(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit-identical bf16 tensors."""
     return torch.equal(a.cpu().view(torch.int16), b.cpu().view(torch.int16))
+
+
+def drained(counter: UniqueCounter) -> int:
+    """Everything ``counter`` counted and did not report yet: once the device is idle the
+    first ``take`` starts the copy of the final total, the second reports it."""
+    total = 0
+    for _ in range(2):
+        if counter.device.type != "cpu":
+            torch.cuda.synchronize(counter.device)
+        total += counter.take()
+    return total

@@ -1,4 +1,4 @@
-"""Device-side dedup: unique_rows, and gathers that read each distinct row once."""
+"""Device-side dedup: gathers that read each distinct row once, whichever lane reads it."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import random
 
 import pytest
 import torch
-from engram_kernels import UniqueCounter, gather_dequant, unique_rows
+from engram_kernels import UniqueCounter, gather_dequant
 
-from engram.errors import EngramInputError
-from test.kernels.tables import poisoned, random_table, reference, same_bits
+from test.kernels.tables import drained, poisoned, random_table, reference, same_bits
 
 
 def batches(rows: int) -> dict[str, torch.Tensor]:
@@ -21,26 +20,6 @@ def batches(rows: int) -> dict[str, torch.Tensor]:
         "zipf": torch.randperm(rows)[zipf],
         "none": torch.randperm(rows)[:n],
     }
-
-
-@pytest.mark.parametrize("kind", ["heavy", "zipf", "none"])
-def test_unique_rows_and_inverse(device: torch.device, kind: str) -> None:
-    ids = batches(5000)[kind].view(-1, 48).to(device)
-    unique, inverse = unique_rows(ids)
-    assert inverse.shape == ids.shape
-    assert torch.equal(unique[inverse], ids)
-    assert torch.equal(torch.sort(unique).values, torch.unique(ids))
-    # First-occurrence order: the first lane of each distinct id, ascending.
-    flat = ids.reshape(-1).cpu()
-    first = [flat.tolist().index(u) for u in unique.cpu().tolist()]
-    assert first == sorted(first)
-
-
-def test_unique_rows_skips_padding(device: torch.device) -> None:
-    ids = torch.tensor([7, -1, 7, 3, -1, 9, 3], device=device)
-    unique, inverse = unique_rows(ids)
-    assert unique.tolist() == [7, 3, 9]
-    assert inverse.tolist() == [0, -1, 0, 1, -1, 2, 1]
 
 
 @pytest.mark.parametrize("kind", ["heavy", "zipf", "none"])
@@ -61,7 +40,7 @@ def test_dedup_gather_equals_plain_gather(device: torch.device, kind: str, packe
     )  # fmt: skip
     expected = reference(weight, scale, ids.cpu())
     assert same_bits(plain, expected) and same_bits(deduped, expected)
-    assert counter.drain() == torch.unique(ids).numel()
+    assert drained(counter) == torch.unique(ids).numel()
 
 
 def test_counter_adds_up_over_lookups(device: torch.device) -> None:
@@ -74,10 +53,6 @@ def test_counter_adds_up_over_lookups(device: torch.device) -> None:
         gather_dequant(weight, scale, ids, dedup=True, unique_counter=counter)
         expected += torch.unique(ids[ids >= 0]).numel()
         taken += counter.take()
-    assert taken + counter.drain() == expected
+    assert taken + drained(counter) == expected
     assert counter.take() == 0
 
-
-def test_unique_rows_rejects_bad_ids(device: torch.device) -> None:
-    with pytest.raises(EngramInputError, match="int32 or int64"):
-        unique_rows(torch.zeros(3, device=device))

@@ -1,4 +1,4 @@
-"""gather_dequant / gather_fp8 against the torch reference, on poisoned outputs."""
+"""gather_dequant against the torch reference, on poisoned outputs."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import random
 
 import pytest
 import torch
-from engram_kernels import gather_dequant, gather_fp8
+from engram_kernels import gather_dequant
 
-from engram.errors import EngramInputError, EngramTableError
 from engram.fp8 import pack_rows
-from test.kernels.tables import poisoned, random_table, reference, same_bits
+from test.kernels.tables import drained, poisoned, random_table, reference, same_bits
 
 
 @pytest.mark.parametrize("dim", [32, 64, 96, 256])
@@ -47,23 +46,6 @@ def test_padding_ids_give_zero_rows(device: torch.device, dedup: bool) -> None:
     assert bool((got[ids.to(device) < 0] == 0).all())
 
 
-@pytest.mark.parametrize("dedup", [False, True])
-def test_fp8_variant_writes_packed_rows(device: torch.device, dedup: bool) -> None:
-    weight, scale = random_table(200, 64)
-    ids = torch.randint(0, 200, (5, 40))
-    ids[0, :3] = -1
-    out = poisoned((5, 40, 66), torch.uint8, device)
-    got = gather_fp8(weight.to(device), scale.to(device), ids.to(device), dedup=dedup, out=out)
-    expected = pack_rows(weight, scale)[ids.clamp_min(0)]
-    expected[ids < 0] = 0
-    assert torch.equal(got.cpu(), expected)
-    # The receiving rank dequantises the packed rows: same bf16 as a direct gather.
-    flat = got.view(-1, 66)
-    arange = torch.arange(flat.shape[0], device=device)
-    assert same_bits(gather_dequant(flat[:, :64], flat[:, 64:], arange).view(5, 40, 64),
-                     reference(weight, scale, ids))  # fmt: skip
-
-
 def test_empty_batch(device: torch.device) -> None:
     weight, scale = random_table(10, 32)
     out = gather_dequant(
@@ -75,21 +57,21 @@ def test_empty_batch(device: torch.device) -> None:
 def test_bad_inputs_are_named(device: torch.device) -> None:
     weight, scale = (t.to(device) for t in random_table(10, 64))
     ids = torch.zeros(4, dtype=torch.long, device=device)
-    with pytest.raises(EngramInputError, match="int32 or int64"):
+    with pytest.raises(ValueError, match="int32 or int64"):
         gather_dequant(weight, scale, ids.float())
-    with pytest.raises(EngramTableError, match=r"expected \[10, 2\]"):
+    with pytest.raises(ValueError, match=r"expected \[10, 2\]"):
         gather_dequant(weight, scale[:, :1], ids)
-    with pytest.raises(EngramTableError, match="table weight must be torch.uint8 or"):
+    with pytest.raises(ValueError, match="table weight must be torch.uint8 or"):
         gather_dequant(weight.float(), scale, ids)
-    with pytest.raises(EngramInputError, match="out must be"):
+    with pytest.raises(ValueError, match="out must be"):
         gather_dequant(
             weight, scale, ids, out=torch.empty(4, 32, dtype=torch.bfloat16, device=device)
         )
     if device.type == "cpu":
-        with pytest.raises(EngramInputError, match="row id 10 is out of range"):
+        with pytest.raises(ValueError, match="row id 10 is out of range"):
             gather_dequant(weight, scale, torch.tensor([3, 10]))
     else:
-        with pytest.raises(EngramInputError, match="table is on cpu"):
+        with pytest.raises(ValueError, match="table is on cpu"):
             gather_dequant(weight.cpu(), scale.cpu(), ids)
 
 
@@ -103,10 +85,10 @@ def test_warm_up_launches_both_variants_without_counting(device: torch.device) -
     weight, scale = weight.to(device), scale.to(device)
     counter = UniqueCounter(device)
     warm_up(weight, scale, counter)
-    assert counter.drain() == 0  # nothing reported for a lookup nobody asked for
-    assert counter.scratch.drain() == 2 + 1  # 2 rows read plainly, 1 with dedup
+    assert drained(counter) == 0  # nothing reported for a lookup nobody asked for
+    assert drained(counter.scratch) == 2 + 1  # 2 rows read plainly, 1 with dedup
     ids = torch.randint(0, weight.shape[0], (40,), device=device)
     rows, read = counted_lookup(weight, scale, ids, counter)
     assert same_bits(rows, reference(weight.cpu(), scale.cpu(), ids.cpu()))
     # below the dedup threshold every row is read (on a GPU the count arrives late)
-    assert read + counter.drain() == ids.numel()
+    assert read + drained(counter) == ids.numel()

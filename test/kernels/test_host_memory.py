@@ -22,7 +22,6 @@ from engram_kernels.gpu_runtime import GpuRuntime, loaded_library, runtime_api
 from engram_kernels.host_memory import _read_only
 from engram_kernels.hugepages import HUGE_PAGE
 
-from engram.errors import EngramTableError
 from engram.fp8 import pack_rows
 from test.kernels.tables import random_table, reference, same_bits
 
@@ -118,9 +117,9 @@ def test_host_views_read_like_the_tensors() -> None:
 
 def test_mismatched_host_arrays_are_named() -> None:
     weight, scale = random_table(10, 64)
-    with pytest.raises(EngramTableError, match="10 rows but its scale has 9"):
+    with pytest.raises(ValueError, match="10 rows but its scale has 9"):
         register_host_table(weight, scale[:9], device="cpu")
-    with pytest.raises(EngramTableError, match="must be a CPU tensor"):
+    with pytest.raises(ValueError, match="must be a CPU tensor"):
         register_host_table(weight.to("meta"), scale, device="cpu")
 
 
@@ -132,7 +131,7 @@ def test_runtime_errors_are_named_without_a_device() -> None:
     runtime = GpuRuntime(runtime_api(), library)
     buf = alloc_host_buffer(HUGE_PAGE)
     with pytest.raises(
-        EngramTableError,
+        RuntimeError,
         match=rf"{runtime_api()}HostRegister of 2,097,152 bytes .* failed: \w+Error\w+",
     ):
         runtime.register(buf.data_ptr(), buf.numel(), read_only=False)
