@@ -121,7 +121,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler.init_metrics_collector",
-        "sglang_engram.metrics:after_init_metrics_collector",
+        "sglang_engram.metrics_export:after_init_metrics_collector",
         "AFTER",
         "export the Engram counters on SGLang's Prometheus /metrics",
     ),

@@ -7,7 +7,7 @@ import random
 import torch
 from prometheus_client import REGISTRY
 from sglang_engram import table_registry
-from sglang_engram.metrics import EngramMetrics
+from sglang_engram.metrics_export import EngramMetrics
 
 from engram.tables import create_table
 from test.plugin.tiny import random_table
