@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from engram.files import GIB
+
 ENV_VAR = "SGLANG_ENGRAM_CONFIG"
 # NOTE: underscore-prefixed, non-field names on ServerArgs are "bookkeeping": writable
 # before and after resolution and carried through pickling.
@@ -24,7 +26,6 @@ SERVER_ARGS_ATTR = "_engram_config"
 
 DEFAULT_OFFLOAD = "dram"
 ROLES = ("null", "prefill", "decode")
-_GIB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,11 @@ class EngramServerConfig:
 
     @property
     def hot_cache_bytes(self) -> int:
-        return int(self.hot_cache_gb * _GIB)
+        return int(self.hot_cache_gb * GIB)
 
     @property
     def ram_cache_bytes(self) -> int:
-        return int(self.ram_cache_gb * _GIB)
+        return int(self.ram_cache_gb * GIB)
 
     @property
     def role_name(self) -> str:

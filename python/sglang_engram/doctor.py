@@ -8,6 +8,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from engram.files import GIB
 from sglang_engram.compat import PINNED_SGLANG_VERSION, installed_sglang_version
 
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -46,8 +47,8 @@ def gpu_report() -> dict[str, Any]:
         "available": True,
         "name": props.name,
         "count": torch.cuda.device_count(),
-        "memory_gib": round(total / 2**30, 2),
-        "free_gib": round(free / 2**30, 2),
+        "memory_gib": round(total / GIB, 2),
+        "free_gib": round(free / GIB, 2),
         "rocm": torch.version.hip is not None,
     }
 
@@ -70,7 +71,7 @@ def host_memory_report() -> dict[str, Any]:
         "transparent_hugepages": _thp_mode(),
     }
     if Path("/dev/shm").exists():
-        report["dev_shm_gib"] = round(shutil.disk_usage("/dev/shm").total / 2**30, 2)
+        report["dev_shm_gib"] = round(shutil.disk_usage("/dev/shm").total / GIB, 2)
     return report
 
 

@@ -6,6 +6,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from engram.files import GIB
 from engram.hashing import NgramHasher
 from engram.tables import EngramTable
 
@@ -65,7 +66,7 @@ def memory_by_tier() -> dict[str, int]:
 def log_placement(placement: str, role_name: str) -> str:
     """The one startup line: placement and memory per tier."""
     mem = memory_by_tier()
-    per_tier = ", ".join(f"{tier} {n / (1 << 30):.3f} GiB" for tier, n in mem.items())
+    per_tier = ", ".join(f"{tier} {n / GIB:.3f} GiB" for tier, n in mem.items())
     line = (
         f"sglang-engram: {len(served())} Engram tables on this {role_name}, placement "
         f"{placement}: {per_tier}"
