@@ -35,6 +35,10 @@ class Hook:
             obj = getattr(obj, part)
         return obj
 
+    @property
+    def ours_module(self) -> str:
+        return self.ours.partition(":")[0]
+
     def resolve_ours(self) -> Any:
         module, _, name = self.ours.partition(":")
         return getattr(importlib.import_module(module), name)

@@ -115,3 +115,41 @@ def test_doctor_reports_version_and_hooks():
     assert set(report["hooks"].values()) == {"applied"}
     assert {"hugepages_total", "transparent_hugepages"} <= set(report["host_memory"])
     assert "available" in report["gpu"]
+
+
+_IMPORT_ORDER = """
+import json, warnings
+warnings.simplefilter("ignore")
+from sglang.srt.plugins import load_plugins
+load_plugins()
+import {first}
+import sglang.srt.layers.engram as upstream
+from sglang_engram import plugin
+from sglang_engram.dsv4 import PlacedEngramEmbedding
+print(json.dumps({{
+    "status": {{t: plugin.STATUS[t] for t in plugin.STATUS if ".layers.engram." in t}},
+    "replaced": upstream.EngramEmbedding is PlacedEngramEmbedding,
+    "wrapped": hasattr(upstream.Engram.forward, "__wrapped__"),
+}}))
+"""
+
+
+@pytest.mark.parametrize("first", ["sglang_engram.dsv4", "sglang.srt.layers.engram"])
+def test_engram_layer_hooks_apply_in_any_import_order(first):
+    """Importing our DSv4.1 module before upstream's Engram layers (it imports them
+    itself) must still apply both hooks on them."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ORDER.format(first=first)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["status"] == {
+        "sglang.srt.layers.engram.EngramEmbedding": "applied",
+        "sglang.srt.layers.engram.Engram.forward": "applied",
+    }, report
+    assert report["replaced"] and report["wrapped"]
