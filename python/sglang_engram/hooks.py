@@ -83,9 +83,23 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.model_loader.weight_utils",
         "buffered_multi_thread_safetensors_weights_iterator",
-        "sglang_engram.loading:skip_engram_tables_threaded",
+        "sglang_engram.loading:skip_engram_tables",
         "AROUND",
         "the same with SGLang's default (multi-threaded) loader",
+    ),
+    Hook(
+        "sglang.srt.model_loader.weight_utils",
+        "fastsafetensors_weights_iterator",
+        "sglang_engram.loading:skip_engram_tables",
+        "AROUND",
+        "the same with --load-format fastsafetensors",
+    ),
+    Hook(
+        "sglang.srt.model_loader.weight_utils",
+        "instanttensor_weights_iterator",
+        "sglang_engram.loading:skip_engram_tables",
+        "AROUND",
+        "the same with --load-format instanttensor",
     ),
     Hook(
         "sglang.srt.layers.engram",

@@ -153,6 +153,9 @@ def test_engram_layer_matches_upstream_and_off_is_identity(placed, layout, monke
 
 
 def test_loader_never_reads_skipped_tables(sglang_with_plugin, tmp_path):
+    """Every safetensors loader of SGLang leaves the skipped tables unread: single- and
+    multi-threaded, with and without mmap, fastsafetensors and instanttensor (those two
+    need a GPU for the files without tables, so here every file holds one)."""
     from sglang.srt.model_loader import weight_utils
 
     tensors = {
@@ -160,27 +163,44 @@ def test_loader_never_reads_skipped_tables(sglang_with_plugin, tmp_path):
         "layers.1.engram.embed.scale": torch.randint(100, 130, (64, 1), dtype=torch.uint8),
         "layers.1.engram.wkv.weight": torch.randn(8, 4),
         "embed.weight": torch.randn(16, 4),
+        "norm.weight": torch.randn(random.randint(4, 16)),
     }
-    # two shards, each with its share of the tensors
-    names = sorted(tensors)
-    files = [str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")]
-    safetensors.torch.save_file({k: tensors[k] for k in names[::2]}, files[0])
-    safetensors.torch.save_file({k: tensors[k] for k in names[1::2]}, files[1])
+    # two shards with a table tensor each, and one without
+    files = [str(tmp_path / f"{i}.safetensors") for i in range(3)]
+    table_names = ["layers.1.engram.embed.weight", "layers.1.engram.embed.scale"]
+    shards = [
+        [table_names[0], "embed.weight"],
+        [table_names[1], "layers.1.engram.wkv.weight"],
+        ["norm.weight"],
+    ]
+    for path, names in zip(files, shards, strict=True):
+        safetensors.torch.save_file({k: tensors[k] for k in names}, path)
     iterators = {
-        "single": weight_utils.safetensors_weights_iterator,
-        "threaded": lambda f: weight_utils.buffered_multi_thread_safetensors_weights_iterator(
-            f, max_workers=2
+        "single": (weight_utils.safetensors_weights_iterator, {}),
+        "single, no mmap": (weight_utils.safetensors_weights_iterator, {"disable_mmap": True}),
+        "threaded": (
+            weight_utils.buffered_multi_thread_safetensors_weights_iterator,
+            {"max_workers": 2},
         ),
+        "threaded, no mmap": (
+            weight_utils.buffered_multi_thread_safetensors_weights_iterator,
+            {"max_workers": 2, "disable_mmap": True},
+        ),
+        "fastsafetensors": (weight_utils.fastsafetensors_weights_iterator, {}),
+        "instanttensor": (weight_utils.instanttensor_weights_iterator, {}),
     }
-    for kind, iterate in iterators.items():
+    for kind, (iterate, options) in iterators.items():
+        on_cpu = "tensor" not in kind
         try:
             loading.skip_tables(layers={1})
-            got = dict(iterate(files))
+            got = dict(iterate(files if on_cpu else files[:2], **options))
         finally:
             loading.reset_skips()
-        assert set(got) == {"layers.1.engram.wkv.weight", "embed.weight"}, kind
+        want = {n for n in tensors if n not in table_names and (on_cpu or n != "norm.weight")}
+        assert set(got) == want, kind
         assert all(torch.equal(got[k], tensors[k]) for k in got)
-        assert set(dict(iterate(files))) == set(tensors), kind
+        if on_cpu:
+            assert set(dict(iterate(files, **options))) == set(tensors), kind
 
 
 @pytest.mark.parametrize("offload", ["hbm", "dram"])
