@@ -106,7 +106,15 @@ HOOKS: tuple[Hook, ...] = (
         "EngramEmbedding",
         "sglang_engram.dsv4:PlacedEngramEmbedding",
         "REPLACE",
-        "put DeepSeek-V4.1's Engram tables in the --engram-offload placement",
+        "put DeepSeek-V4.1's Engram tables in the --engram-offload placement (upstream's "
+        "own class for hbm and dram, ours for ssd, off and the hot cache)",
+    ),
+    Hook(
+        "sglang.srt.layers.engram",
+        "Engram.embed_rows",
+        "sglang_engram.upstream_embedding:count_lookups",
+        "AROUND",
+        "count the lookups of the tables upstream's EngramEmbedding serves for /metrics",
     ),
     Hook(
         "sglang.srt.layers.engram",

@@ -216,7 +216,9 @@ class EngramQwen3ForCausalLM(nn.Module):
         if missing:
             raise ValueError(f"the checkpoint has no Engram table for layers {missing}")
         loading.reset_skips()
-        table_registry.log_placement(self.engram.offload, self.engram.role_name)
+        table_registry.log_placement(
+            self.engram.offload, self.engram.role_name, self.engram.implementation(tiny=True)
+        )
 
 
 EntryClass = [EngramQwen3ForCausalLM]
