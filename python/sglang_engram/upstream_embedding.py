@@ -69,7 +69,8 @@ class UpstreamTable:
     requested. NOTE: with the rows sharded over TP ranks (device table, or the per-rank
     host layout) every rank looks up the same ids and exactly one rank owns each row,
     so TP rank 0 counts them for all; with the shared host table or peer shards each
-    rank reads all of its own ids itself.
+    rank reads all of its own ids itself, and under DP attention each rank's own ids
+    are read once by their owners, so each rank counts its own.
     """
 
     def __init__(self, embedding: nn.Module, placement: str):
@@ -82,8 +83,10 @@ class UpstreamTable:
         self.row_bytes = row_bytes(embedding.dim)
         host = embedding.host_table
         self._shared = host is not None and host.layout == "shared"
-        first_rank = get_parallel().tp_rank == 0
+        parallel = get_parallel()
+        first_rank = parallel.tp_rank == 0
         whole = embedding.tp_size == 1 or embedding.peer is not None or self._shared
+        whole = whole or parallel.attn_dp_size > 1
         self._counts_reads = whole or first_rank
         self._holds_memory = not self._shared or first_rank
         # NOTE: built inside SGLang's default-device context: the device that reads the rows.

@@ -306,6 +306,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
     weight, scale = random_table(layout.num_embeddings[1], layout.head_dim)
     ids = _hash_ids(layout, 1, random.randint(1, 40))
     total = {"served": 0, "upstream": 0}
+    reads = {}
     table_registry.clear()
     for rank in (0, 1):
         context = create_context(
@@ -327,11 +328,20 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
         assert table_registry.served()[-1].row_start == start
         mine, theirs = served._owned_rows(ids), upstream._owned_rows(ids)
         assert torch.equal(mine.view(torch.int16), theirs.view(torch.int16))
+        seen = table_registry.served()[-1].table
+        if config.upstream_serves_dsv4:  # counted as Engram.embed_rows' hook does
+            seen.record(ids.numel(), seen.start())
+            row_bytes = layout.head_dim + layout.head_dim // 32
+            assert seen.memory() == {"hbm": (end - start) * row_bytes}
+        reads[rank] = seen.counters.snapshot()["unique_rows"]
         total["served"] = total["served"] + mine.float()
         total["upstream"] = total["upstream"] + theirs.float()
     table_registry.clear()
     loading.reset_skips()
     assert torch.equal(total["served"], total["upstream"])
+    if config.upstream_serves_dsv4:
+        # each id's row is read by exactly one rank: counted once, by TP rank 0
+        assert reads == {0: ids.numel(), 1: 0}
     want = (
         weight.view(torch.float8_e4m3fn)[ids].float().unflatten(-1, (-1, 32))
         * scale.view(torch.float8_e8m0fnu)[ids].float().unsqueeze(-1)
