@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -23,6 +24,10 @@ class TableCounters:
     unique_rows: int = 0
     bytes_read: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    # NOTE: told each lookup duration once it is known (the plugin's latency histogram).
+    # Readers attach here and take deltas of ``snapshot()``; the counters object itself is
+    # never replaced, so no lookup can be recorded into an object nobody reads any more.
+    on_duration: Callable[[float], None] | None = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(
@@ -37,6 +42,9 @@ class TableCounters:
             for tier, n in tier_bytes.items():
                 self.bytes_read[tier] = self.bytes_read.get(tier, 0) + n
             self.seconds += sum(seconds)
+        if self.on_duration is not None:
+            for duration in seconds:
+                self.on_duration(duration)
 
     def snapshot(self) -> dict[str, object]:
         with self._lock:

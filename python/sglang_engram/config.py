@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from engram.files import GIB
+
 ENV_VAR = "SGLANG_ENGRAM_CONFIG"
 # NOTE: underscore-prefixed, non-field names on ServerArgs are "bookkeeping": writable
 # before and after resolution and carried through pickling.
@@ -24,7 +26,9 @@ SERVER_ARGS_ATTR = "_engram_config"
 
 DEFAULT_OFFLOAD = "dram"
 ROLES = ("null", "prefill", "decode")
-_GIB = 1 << 30
+# which code serves a model's Engram tables (startup log, doctor)
+UPSTREAM_IMPLEMENTATION = "upstream SGLang's EngramEmbedding"
+OUR_IMPLEMENTATION = "sglang-engram's tables"
 
 
 @dataclass(frozen=True)
@@ -48,11 +52,25 @@ class EngramServerConfig:
 
     @property
     def hot_cache_bytes(self) -> int:
-        return int(self.hot_cache_gb * _GIB)
+        return int(self.hot_cache_gb * GIB)
 
     @property
     def ram_cache_bytes(self) -> int:
-        return int(self.ram_cache_gb * _GIB)
+        return int(self.ram_cache_gb * GIB)
+
+    @property
+    def upstream_serves_dsv4(self) -> bool:
+        """Whether upstream SGLang's own ``EngramEmbedding`` serves DeepSeek-V4.1's tables:
+        ``hbm`` (its device table) and ``dram`` (its pinned host table) unless the HBM hot
+        cache, which only our tables have, is asked for. Ours serve ``ssd`` and ``off``."""
+        return self.offload == "hbm" or (self.offload == "dram" and not self.hot_cache_gb)
+
+    def implementation(self, tiny: bool) -> str:
+        """Which code serves the tables of the tiny model (``tiny``) or DeepSeek-V4.1."""
+        if tiny or not self.upstream_serves_dsv4:
+            return OUR_IMPLEMENTATION
+        table = "device" if self.offload == "hbm" else "pinned host"
+        return f"{UPSTREAM_IMPLEMENTATION} ({table} table)"
 
     @property
     def role_name(self) -> str:

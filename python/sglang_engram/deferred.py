@@ -22,18 +22,41 @@ logger = logging.getLogger(__name__)
 Callback = Callable[[ModuleType], None]
 
 _callbacks: dict[str, list[Callback]] = {}
+# NOTE: modules whose code has run through our loader; importlib still marks them
+# initializing while their callbacks run.
+_executed: set[str] = set()
 _lock = threading.RLock()
 
 
 def when_imported(module_name: str, callback: Callback) -> None:
-    """Call ``callback(module)`` once ``module_name`` has executed (now if it has)."""
+    """Call ``callback(module)`` once ``module_name`` has executed (now if it has).
+
+    A module still executing counts as not imported yet; its callbacks run when it
+    finishes only if it was :func:`watch`-ed before its import began."""
     with _lock:
         module = sys.modules.get(module_name)
-        if module is None:
+        if module is None or initializing(module_name):
             _callbacks.setdefault(module_name, []).append(callback)
             _install_finder()
             return
     _fire(callback, module)
+
+
+def watch(module_name: str) -> None:
+    """Make sure callbacks can still be queued for ``module_name`` while it executes
+    (its loader is wrapped when it is imported)."""
+    with _lock:
+        if module_name not in sys.modules:
+            _callbacks.setdefault(module_name, [])
+            _install_finder()
+
+
+def initializing(module_name: str) -> bool:
+    """Whether ``module_name`` is in the middle of executing (a circular import)."""
+    if module_name in _executed:
+        return False
+    spec = getattr(sys.modules.get(module_name), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
 
 
 def pending() -> list[str]:
@@ -51,6 +74,7 @@ def _fire(callback: Callback, module: ModuleType) -> None:
 
 def _run_callbacks(module: ModuleType) -> None:
     with _lock:
+        _executed.add(module.__name__)
         callbacks = _callbacks.pop(module.__name__, [])
     for callback in callbacks:
         _fire(callback, module)

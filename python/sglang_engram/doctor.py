@@ -8,6 +8,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from engram.files import GIB
 from sglang_engram.compat import PINNED_SGLANG_VERSION, installed_sglang_version
 
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -33,6 +34,22 @@ def hook_report() -> dict[str, str]:
     return {hook.target: plugin.STATUS.get(hook.target, "not registered") for hook in HOOKS}
 
 
+def serving_report(placements: list[str]) -> dict[str, dict[str, str]]:
+    """Per placement, which code serves the tables of DeepSeek-V4.1 (without and with
+    the HBM hot cache) and of the tiny model."""
+    from sglang_engram.config import EngramServerConfig
+
+    report = {}
+    for name in placements:
+        plain, cached = EngramServerConfig(offload=name), EngramServerConfig(name, hot_cache_gb=1)
+        report[name] = {
+            "deepseek_v4.1": plain.implementation(tiny=False),
+            "deepseek_v4.1 with --engram-hot-cache-gb": cached.implementation(tiny=False),
+            "tiny": plain.implementation(tiny=True),
+        }
+    return report
+
+
 def gpu_report() -> dict[str, Any]:
     try:
         import torch
@@ -46,8 +63,8 @@ def gpu_report() -> dict[str, Any]:
         "available": True,
         "name": props.name,
         "count": torch.cuda.device_count(),
-        "memory_gib": round(total / 2**30, 2),
-        "free_gib": round(free / 2**30, 2),
+        "memory_gib": round(total / GIB, 2),
+        "free_gib": round(free / GIB, 2),
         "rocm": torch.version.hip is not None,
     }
 
@@ -70,7 +87,7 @@ def host_memory_report() -> dict[str, Any]:
         "transparent_hugepages": _thp_mode(),
     }
     if Path("/dev/shm").exists():
-        report["dev_shm_gib"] = round(shutil.disk_usage("/dev/shm").total / 2**30, 2)
+        report["dev_shm_gib"] = round(shutil.disk_usage("/dev/shm").total / GIB, 2)
     return report
 
 
@@ -115,6 +132,7 @@ def collect(apply_hooks: bool = True) -> dict[str, Any]:
         "entry_point": plugin_entry_point(),
         "serve_backend": plugin_entry_point("sglang.serve_backends"),
         "placements": placement_names(),
+        "serving": serving_report(placement_names()),
         "hooks": hook_report() if apply_hooks else {},
         "gpu": gpu_report(),
         "host_memory": host_memory_report(),
@@ -124,12 +142,21 @@ def collect(apply_hooks: bool = True) -> dict[str, Any]:
     return report
 
 
+def _served_by(who: dict[str, str]) -> str:
+    plain, cached = who["deepseek_v4.1"], who["deepseek_v4.1 with --engram-hot-cache-gb"]
+    return plain if plain == cached else f"{plain}; {cached} with --engram-hot-cache-gb > 0"
+
+
 def render(report: dict[str, Any]) -> str:
     lines = [
         f"SGLang: {report['sglang']['installed']} (pinned {report['sglang']['pinned']})",
         f"entry point: {report['entry_point'] or 'MISSING'}",
         f"sglang serve backend: {report['serve_backend'] or 'MISSING'}",
         f"placements: {', '.join(report['placements'])}",
+        *(
+            f"  {name:<5} DeepSeek-V4.1: {_served_by(who)}; tiny model: {who['tiny']}"
+            for name, who in report["serving"].items()
+        ),
         "hooks:",
         *(
             f"  {status:<8} {target}"

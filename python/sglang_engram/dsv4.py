@@ -1,10 +1,16 @@
 """DeepSeek-V4.1's Engram tables in the ``--engram-offload`` placement.
 
-Replaces upstream's ``EngramEmbedding`` (SGLang builds it inside ``Engram``) with a
-subclass whose rows live in a core-library table: ``hbm`` (device memory), ``dram``
-(pinned host memory read over UVA), ``ssd`` (files under ``--engram-ssd-dir``,
-converted from the checkpoint on first start, reused afterwards) or ``off`` (nothing
-loaded; ``engram_forward`` makes the layer the identity).
+SGLang builds one ``EngramEmbedding`` per Engram layer (inside ``Engram``); the
+plugin replaces that name with :class:`PlacedEngramEmbedding`, which picks the code
+that serves the placement (``EngramServerConfig.upstream_serves_dsv4``):
+
+- ``hbm``, and ``dram`` without a hot cache: upstream's own class
+  (:mod:`sglang_engram.upstream_embedding`), its device or pinned host table;
+- ``ssd``, ``off`` and ``dram`` with ``--engram-hot-cache-gb``: this subclass, whose
+  rows live in a core-library table: ``ssd`` (files under ``--engram-ssd-dir``,
+  converted from the checkpoint on first start, reused afterwards), ``dram`` (pinned
+  host memory behind the HBM hot cache) or ``off`` (nothing loaded; ``engram_forward``
+  makes the layer the identity).
 
 TP sharding is upstream's: each rank holds the rows ``shard_range`` gives it, looks
 up every hash id, zero-fills the rows it does not own and upstream's all-reduce
@@ -25,7 +31,7 @@ from engram.hashing import NgramHasher
 from engram.spec import FP8_BLOCK, EngramSpec
 from engram.tables import EngramTable
 from engram.tables.dram import packed_host_rows
-from sglang_engram import loading, placement, ssd_tables, table_registry
+from sglang_engram import loading, placement, ssd_tables, table_registry, upstream_embedding
 from sglang_engram.config import EngramServerConfig, current_config
 
 logger = logging.getLogger(__name__)
@@ -33,6 +39,14 @@ logger = logging.getLogger(__name__)
 
 class PlacedEngramEmbedding(EngramEmbedding):
     """One layer's (TP shard of the) Engram table in our placement."""
+
+    def __new__(cls, *args: object, **kwargs: object) -> EngramEmbedding:
+        config = current_config()
+        if cls is PlacedEngramEmbedding and config.upstream_serves_dsv4:
+            # NOTE: not an instance of cls, so Python skips our __init__. The base is
+            # read from the class: the hook rebinds the module-level upstream name to us.
+            return upstream_embedding.build(cls.__base__, config, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self, num_embeddings: int, dim: int, layer_id: int, column_bounds: tuple[int, ...]
@@ -74,7 +88,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
                 tables=self.tables,
                 shard=self.shard,
             )
-        if self.placement not in ("hbm", "dram"):
+        if self.placement != "dram":
             loading.skip_tables(layers={layer_id})
         weight, scale = self._load_targets()
         self.weight = nn.Parameter(weight.view(torch.float8_e4m3fn), requires_grad=False)
@@ -83,15 +97,13 @@ class PlacedEngramEmbedding(EngramEmbedding):
         self.scale.weight_loader = self._load_rows
 
     def _load_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """uint8 weight and scale the loader writes this shard's rows into: device memory
-        for hbm; for dram the packed host buffer the table then adopts (the rows are
-        held once); nothing for ssd and off."""
+        """uint8 weight and scale the loader writes this shard's rows into: for dram the
+        packed host buffer the table then adopts (the rows are held once); nothing for
+        ssd and off."""
         if self.placement == "dram":
             return packed_host_rows(self.rows, self.dim, self.device)
-        rows = self.rows if self.placement == "hbm" else 0
-        device = self.device if self.placement == "hbm" else torch.device("cpu")
-        weight = torch.empty(rows, self.dim, dtype=torch.uint8, device=device)
-        return weight, torch.empty(rows, self.dim // FP8_BLOCK, dtype=torch.uint8, device=device)
+        weight = torch.empty(0, self.dim, dtype=torch.uint8)
+        return weight, torch.empty(0, self.dim // FP8_BLOCK, dtype=torch.uint8)
 
     @property
     def is_off(self) -> bool:
@@ -103,22 +115,27 @@ class PlacedEngramEmbedding(EngramEmbedding):
         param.data.copy_(loaded_weight[self.row_start : self.row_start + self.rows])
 
     def finish_load(self, label: str) -> None:
-        if self.is_off or self.table is not None:
-            return
-        self.table = placement.build_table(
-            self.config,
-            self.layer_id,
-            self.weight.data,
-            self.scale.data,
-            head_dim=self.dim,
-            device=self.device,
-            tables=self.tables,
-        )
-        if self.placement == "dram":
+        if self.placement == "dram" and self.table is None:
+            self.table = placement.build_table(
+                self.config,
+                self.layer_id,
+                self.weight.data,
+                self.scale.data,
+                head_dim=self.dim,
+                device=self.device,
+                tables=self.tables,
+                row_start=self.row_start,
+            )
             # NOTE: the table adopted the loaded buffer; only the table refers to it now.
             self.weight.data = self.weight.data.new_empty(0, self.dim)
             self.scale.data = self.scale.data.new_empty(0, self.dim // FP8_BLOCK)
-        logger.info("sglang-engram: %s table in %s: %s", label, self.placement, self.table.memory())
+        logger.info(
+            "sglang-engram: %s Engram table in %s: %s, %s",
+            label,
+            self.placement,
+            self.config.implementation(tiny=False),
+            self.table.memory() if self.table is not None else "nothing held",
+        )
 
     def _owned_rows(self, indices: torch.Tensor) -> torch.Tensor:
         if self.rows == 0 or self.table is None:

@@ -120,7 +120,13 @@ def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
 
 def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
     """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
-    from sglang_engram.validation import EngramStartupError, check_startup
+    from engram.spec import has_engram
+    from sglang_engram.validation import (
+        EngramStartupError,
+        check_startup,
+        is_tiny_model,
+        read_model_config,
+    )
 
     config = config_from_namespace(args)
     try:
@@ -134,7 +140,10 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
         raise SystemExit(f"sglang-engram: error: {exc}") from None
     config.export(server_args)
     graph_policy(server_args, config)
-    logger.info("%s", config.describe())
+    hf_config = read_model_config(getattr(args, "model_path", None)) or {}
+    tiny = is_tiny_model(hf_config)
+    served = f", served by {config.implementation(tiny)}" if has_engram(hf_config) else ""
+    logger.info("%s%s", config.describe(), served)
 
 
 def graph_policy(server_args: Any, config: EngramServerConfig) -> None:

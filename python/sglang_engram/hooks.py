@@ -35,6 +35,10 @@ class Hook:
             obj = getattr(obj, part)
         return obj
 
+    @property
+    def ours_module(self) -> str:
+        return self.ours.partition(":")[0]
+
     def resolve_ours(self) -> Any:
         module, _, name = self.ours.partition(":")
         return getattr(importlib.import_module(module), name)
@@ -79,16 +83,38 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.model_loader.weight_utils",
         "buffered_multi_thread_safetensors_weights_iterator",
-        "sglang_engram.loading:skip_engram_tables_threaded",
+        "sglang_engram.loading:skip_engram_tables",
         "AROUND",
         "the same with SGLang's default (multi-threaded) loader",
+    ),
+    Hook(
+        "sglang.srt.model_loader.weight_utils",
+        "fastsafetensors_weights_iterator",
+        "sglang_engram.loading:skip_engram_tables",
+        "AROUND",
+        "the same with --load-format fastsafetensors",
+    ),
+    Hook(
+        "sglang.srt.model_loader.weight_utils",
+        "instanttensor_weights_iterator",
+        "sglang_engram.loading:skip_engram_tables",
+        "AROUND",
+        "the same with --load-format instanttensor",
     ),
     Hook(
         "sglang.srt.layers.engram",
         "EngramEmbedding",
         "sglang_engram.dsv4:PlacedEngramEmbedding",
         "REPLACE",
-        "put DeepSeek-V4.1's Engram tables in the --engram-offload placement",
+        "put DeepSeek-V4.1's Engram tables in the --engram-offload placement (upstream's "
+        "own class for hbm and dram, ours for ssd, off and the hot cache)",
+    ),
+    Hook(
+        "sglang.srt.layers.engram",
+        "Engram.embed_rows",
+        "sglang_engram.upstream_embedding:count_lookups",
+        "AROUND",
+        "count the lookups of the tables upstream's EngramEmbedding serves for /metrics",
     ),
     Hook(
         "sglang.srt.layers.engram",
@@ -121,7 +147,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler.init_metrics_collector",
-        "sglang_engram.metrics:after_init_metrics_collector",
+        "sglang_engram.metrics_export:after_init_metrics_collector",
         "AFTER",
         "export the Engram counters on SGLang's Prometheus /metrics",
     ),

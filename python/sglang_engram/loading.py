@@ -2,8 +2,7 @@
 
 With ``--engram-offload off`` (and for an ssd table already converted) the table
 weights must cost neither host nor device memory, so their tensors are never
-materialised: SGLang's safetensors iterators (single- and multi-threaded) are wrapped
-to leave their names out. (The non-default ``fastsafetensors`` load format is not.)
+materialised: every safetensors iterator of SGLang is wrapped to leave them out.
 """
 
 from __future__ import annotations
@@ -61,6 +60,14 @@ def _active() -> bool:
         return _skip_all_tables or bool(_skip_layers)
 
 
+def _holds_tables(path: str) -> bool:
+    """Whether a safetensors file holds any Engram table tensor (reads its header)."""
+    import safetensors
+
+    with safetensors.safe_open(path, framework="pt", device="cpu") as f:
+        return any(TABLE_TENSOR.search(name) for name in f.keys())  # noqa: SIM118
+
+
 def _kept_tensors(path: str) -> tuple[list[tuple[str, torch.Tensor]], int]:
     """The tensors of one safetensors file that are not skipped (the skipped ones are
     never read), and how many were skipped."""
@@ -96,28 +103,24 @@ def _filtered(files: list[str], workers: int) -> Iterator[tuple[str, torch.Tenso
 def skip_engram_tables(
     original: Callable[..., Iterator[tuple[str, torch.Tensor]]],
     hf_weights_files: list[str],
-    disable_mmap: bool = False,
     *args: Any,
     **kwargs: Any,
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """AROUND ``safetensors_weights_iterator``: same tensors, minus skipped tables."""
-    if not _active() or disable_mmap:
-        yield from original(hf_weights_files, disable_mmap, *args, **kwargs)
-        return
-    yield from _filtered(hf_weights_files, 1)
+    """AROUND each of SGLang's safetensors iterators (single- and multi-threaded, with
+    or without ``--weight-loader-disable-mmap``, ``fastsafetensors``, ``instanttensor``):
+    the same tensors, minus the skipped tables.
 
-
-def skip_engram_tables_threaded(
-    original: Callable[..., Iterator[tuple[str, torch.Tensor]]],
-    hf_weights_files: list[str],
-    max_workers: int,
-    disable_mmap: bool = False,
-    *args: Any,
-    **kwargs: Any,
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """AROUND ``buffered_multi_thread_safetensors_weights_iterator`` (SGLang's default
-    loader): same tensors, minus skipped tables, files still read in parallel."""
-    if not _active() or disable_mmap:
-        yield from original(hf_weights_files, max_workers, disable_mmap, *args, **kwargs)
+    Files without Engram tables go to the original iterator with its options; files
+    holding them are read here, tensor by tensor, leaving the skipped ones unread.
+    NOTE: those files are opened with ``safe_open`` (mmap) even when mmap is disabled:
+    the non-mmap loaders read a file whole, tables included. The split depends only on
+    the files, so every rank of a collective loader (fastsafetensors, instanttensor)
+    hands it the same list."""
+    if not _active():
+        yield from original(hf_weights_files, *args, **kwargs)
         return
-    yield from _filtered(hf_weights_files, max_workers)
+    with_tables = [path for path in hf_weights_files if _holds_tables(path)]
+    others = [path for path in hf_weights_files if path not in with_tables]
+    if others:
+        yield from original(others, *args, **kwargs)
+    yield from _filtered(with_tables, int(kwargs.get("max_workers") or 1))

@@ -90,9 +90,11 @@ def build_table(
     head_dim: int,
     device: torch.device,
     tables: int,
+    row_start: int = 0,
 ) -> EngramTable:
-    """Layer ``layer_id``'s hbm or dram table from its loaded FP8 rows (``tables``: how
-    many Engram tables this process serves; they share the hot cache)."""
+    """Layer ``layer_id``'s hbm or dram table from its loaded FP8 rows, the layer's
+    rows from ``row_start`` on (``tables``: how many Engram tables this process serves;
+    they share the hot cache)."""
     assert config.offload in ("hbm", "dram"), config.offload
     table = create_table(
         config.offload,
@@ -103,5 +105,5 @@ def build_table(
         num_rows=weight.shape[0],
         **table_options(config, tables),
     )
-    table_registry.add(layer_id, table)
+    table_registry.add(layer_id, table, row_start=row_start)
     return table

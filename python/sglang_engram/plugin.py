@@ -39,6 +39,7 @@ def register() -> None:
     for hook in HOOKS:
         try:
             STATUS[hook.target] = "pending"
+            deferred.watch(hook.ours_module)
             deferred.when_imported(hook.module, lambda _m, h=hook: apply_hook(h))
         except Exception as exc:  # noqa: BLE001 - never take SGLang down
             _failed(hook, exc)
@@ -46,6 +47,12 @@ def register() -> None:
 
 def apply_hook(hook: Hook) -> bool:
     """Apply one hook now (its module is imported); record and log the outcome."""
+    if deferred.initializing(hook.ours_module):
+        # NOTE: our module imported the upstream one and is still executing (e.g.
+        # ``import sglang_engram.dsv4`` came first): its names do not exist yet, so the
+        # hook applies once it has finished (register() watched it for this).
+        deferred.when_imported(hook.ours_module, lambda _m: apply_hook(hook))
+        return False
     try:
         hook.resolve_target()
         ours = hook.resolve_ours()

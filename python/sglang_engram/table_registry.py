@@ -5,19 +5,32 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
+from engram.files import GIB
 from engram.hashing import NgramHasher
-from engram.tables import EngramTable
+from engram.tables import TableCounters
 
 logger = logging.getLogger(__name__)
 
 TIERS = ("hbm", "dram", "ssd")
 
 
+class Served(Protocol):
+    """What the metrics read of a served table: an ``engram.tables.EngramTable``, or
+    upstream's ``EngramEmbedding`` seen through ``upstream_embedding.UpstreamTable``."""
+
+    placement: str
+    num_rows: int
+    counters: TableCounters
+
+    def memory(self) -> dict[str, int]: ...
+
+
 @dataclass(frozen=True)
 class ServedTable:
     layer_id: int
-    table: EngramTable
+    table: Served
     row_start: int = 0  # first row of the layer's table this (TP shard's) table holds
 
 
@@ -26,7 +39,7 @@ _hasher: list[NgramHasher] = []
 _lock = threading.Lock()
 
 
-def add(layer_id: int, table: EngramTable, row_start: int = 0) -> None:
+def add(layer_id: int, table: Served, row_start: int = 0) -> None:
     with _lock:
         _tables.append(ServedTable(layer_id, table, row_start))
 
@@ -62,13 +75,13 @@ def memory_by_tier() -> dict[str, int]:
     return totals
 
 
-def log_placement(placement: str, role_name: str) -> str:
-    """The one startup line: placement and memory per tier."""
+def log_placement(placement: str, role_name: str, implementation: str) -> str:
+    """The one startup line: placement, the code serving it and memory per tier."""
     mem = memory_by_tier()
-    per_tier = ", ".join(f"{tier} {n / (1 << 30):.3f} GiB" for tier, n in mem.items())
+    per_tier = ", ".join(f"{tier} {n / GIB:.3f} GiB" for tier, n in mem.items())
     line = (
         f"sglang-engram: {len(served())} Engram tables on this {role_name}, placement "
-        f"{placement}: {per_tier}"
+        f"{placement} served by {implementation}: {per_tier}"
     )
     logger.info(line)
     return line

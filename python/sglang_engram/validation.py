@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.errors import EngramConfigError
+from engram.files import GIB
 from engram.spec import EngramSpec, has_engram
 from sglang_engram.config import EngramServerConfig
 
@@ -208,9 +209,9 @@ def check_hot_cache_fits(hot_cache_gb: float, free_bytes: int | None) -> None:
     """The hot-row cache must fit in the GPU's free memory (unknown: checked later)."""
     if free_bytes is None:
         return
-    if hot_cache_gb * _GIB > free_bytes:
+    if hot_cache_gb * GIB > free_bytes:
         raise EngramStartupError(
             f"--engram-hot-cache-gb {hot_cache_gb:g} is larger than the GPU's free memory "
-            f"({free_bytes / _GIB:.2f} GiB); the cache shares the GPU with the weights "
+            f"({free_bytes / GIB:.2f} GiB); the cache shares the GPU with the weights "
             "and the KV cache, so choose a fraction of that"
         )

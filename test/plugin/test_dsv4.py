@@ -1,24 +1,36 @@
-"""DeepSeek-V4.1's Engram layers with our placements, built on the CPU.
+"""DeepSeek-V4.1's Engram layers in every placement, built on the CPU.
 
 Upstream's ``Engram`` and ``EngramEmbedding`` build on the CPU inside a published
-single-rank runtime context; the original ``EngramEmbedding`` (the base of ours) is
-the oracle for the rows every placement returns.
+single-rank runtime context. ``hbm`` (and ``dram`` without a hot cache, which pins
+host memory: GPU only) are served by upstream's class itself; ``ssd``, ``off`` and
+``dram`` with the hot cache by ours. Upstream's class built directly is the oracle for
+the rows every placement returns.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from types import SimpleNamespace
 
 import pytest
 import safetensors.torch
 import torch
-from sglang_engram import loading
+from sglang_engram import loading, table_registry
 from sglang_engram.config import ENV_VAR, EngramServerConfig
 
 from test.plugin.tiny import engram_fields, random_table
 
 HIDDEN = 64
+# ours: dram behind a small HBM hot cache (only our tables have one)
+OURS = EngramServerConfig(offload="dram", hot_cache_gb=0.001)
+UPSTREAM = EngramServerConfig(offload="hbm")
+
+
+def _upstream_cls():
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    return PlacedEngramEmbedding.__base__
 
 
 @pytest.fixture
@@ -31,32 +43,33 @@ def layout(cpu_context):
 
 @pytest.fixture
 def placed(monkeypatch, cpu_context, layout):
-    """Build (ours, upstream) embeddings of one layer in ``offload``, same rows loaded."""
+    """Build (served, upstream) embeddings of one layer with ``config``, same rows
+    loaded: ``served`` as SGLang builds it (our class picks the code), ``upstream``
+    from upstream's class directly."""
     from sglang_engram.dsv4 import PlacedEngramEmbedding
 
-    upstream_cls = PlacedEngramEmbedding.__mro__[1]
-    made = []
+    table_registry.clear()
 
-    def build(offload: str, index: int = 0):
-        monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+    def build(config: EngramServerConfig, index: int = 0):
+        monkeypatch.setenv(ENV_VAR, config.to_json())
         args = (
             layout.num_embeddings[index],
             layout.head_dim,
             layout.layer_ids[index],
             layout.column_bounds(index),
         )
-        ours, ref = PlacedEngramEmbedding(*args), upstream_cls(*args)
+        served, ref = PlacedEngramEmbedding(*args), _upstream_cls()(*args)
         weight, scale = random_table(layout.num_embeddings[index], layout.head_dim)
         weight, scale = weight.view(torch.float8_e4m3fn), scale.view(torch.float8_e8m0fnu)
-        for module in (ours, ref):
+        for module in (served, ref):
             module.weight.weight_loader(module.weight, weight)
             module.scale.weight_loader(module.scale, scale)
             module.finish_load(f"layer {layout.layer_ids[index]}")
-        made.append(ours)
-        return ours, ref
+        return served, ref
 
     yield build
     loading.reset_skips()
+    table_registry.clear()
 
 
 def _hash_ids(layout, index, tokens):
@@ -67,20 +80,74 @@ def _hash_ids(layout, index, tokens):
     return torch.stack(cols, dim=1)
 
 
-@pytest.mark.parametrize("offload", ["hbm", "dram"])
-def test_placed_rows_equal_upstream_rows(placed, layout, offload):
+@pytest.mark.parametrize("config", [UPSTREAM, OURS], ids=["hbm", "dram+hot-cache"])
+def test_each_placement_is_served_by_its_code_with_upstreams_rows(placed, layout, config):
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.upstream_embedding import ATTR
+
     index = random.randrange(2)
-    ours, ref = placed(offload, index)
-    assert ours.table is not None and ours.table.placement == offload
+    served, ref = placed(config, index)
+    [entry] = table_registry.served()
+    assert entry.layer_id == layout.layer_ids[index] and entry.table.placement == config.offload
+    if config.upstream_serves_dsv4:
+        assert type(served) is _upstream_cls() and served.host_table is None
+        assert getattr(served, ATTR) is entry.table
+    else:
+        assert type(served) is PlacedEngramEmbedding and served.table is entry.table
     ids = _hash_ids(layout, index, random.randint(1, 40))
-    assert torch.equal(ours(ids), ref(ids))
+    assert torch.equal(served(ids).view(torch.int16), ref(ids).view(torch.int16))
+
+
+def _host_table_stand_in(monkeypatch):
+    """Stand-in for upstream's host-table allocation (it pins host memory with
+    cudaHostRegister: GPU only): records upstream's switch and allocates the rows."""
+    from sglang.srt.environ import envs
+
+    upstream = _upstream_cls()
+    calls = []
+
+    def init_host_table(self, num_embeddings, dim, layer_id):
+        calls.append(envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.get())
+        weight = torch.empty(self.rows, dim, dtype=torch.float8_e4m3fn)
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+        scale = torch.empty(self.rows, dim // 32, dtype=torch.float8_e8m0fnu)
+        self.scale = torch.nn.Parameter(scale, requires_grad=False)
+
+    monkeypatch.setattr(upstream, "_init_host_table", init_host_table)
+    return calls
+
+
+@pytest.mark.parametrize("user_env", [None, "0", "1"])
+def test_the_flag_not_the_environment_switches_upstreams_host_table(
+    monkeypatch, cpu_context, layout, user_env
+):
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    if user_env is None:
+        monkeypatch.delenv("SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE", user_env)
+    calls = _host_table_stand_in(monkeypatch)
+    args = (layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0])
+    table_registry.clear()
+    try:
+        for offload, pinned in (("dram", [True]), ("hbm", [])):
+            calls.clear()
+            monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+            built = PlacedEngramEmbedding(*args, column_bounds=layout.column_bounds(0))
+            assert type(built) is _upstream_cls() and calls == pinned, offload
+            # the user's setting is back once the table is built
+            assert os.environ.get("SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE") == user_env
+        assert [e.table.placement for e in table_registry.served()] == ["dram", "hbm"]
+    finally:
+        table_registry.clear()
 
 
 def test_dram_holds_the_loaded_rows_once(monkeypatch, cpu_context, layout):
-    """The loader writes into the buffer the dram table keeps: no second copy."""
+    """The loader writes into the buffer our dram table keeps: no second copy."""
     from sglang_engram.dsv4 import PlacedEngramEmbedding
 
-    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload="dram").to_json())
+    monkeypatch.setenv(ENV_VAR, OURS.to_json())
     ours = PlacedEngramEmbedding(
         layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0], layout.column_bounds(0)
     )
@@ -96,10 +163,11 @@ def test_dram_holds_the_loaded_rows_once(monkeypatch, cpu_context, layout):
         assert torch.equal(ours.table.weight, weight) and torch.equal(ours.table.scale, scale)
     finally:
         loading.reset_skips()
+        table_registry.clear()
 
 
 def test_off_holds_no_rows_and_skips_the_tensors(placed, layout):
-    ours, _ = placed("off", 1)
+    ours, _ = placed(EngramServerConfig(offload="off"), 1)
     assert ours.table is None and ours.weight.numel() == 0 and ours.scale.numel() == 0
     layer, other = layout.layer_ids[1], layout.layer_ids[0]
     assert loading.is_skipped(f"layers.{layer}.engram.embed.weight")
@@ -108,10 +176,10 @@ def test_off_holds_no_rows_and_skips_the_tensors(placed, layout):
     assert not loading.is_skipped(f"layers.{layer}.engram.wkv.weight")
 
 
-def _engram(layout, monkeypatch, offload, embedding_cls=None):
+def _engram(layout, monkeypatch, config, embedding_cls=None):
     import sglang.srt.layers.engram as upstream
 
-    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+    monkeypatch.setenv(ENV_VAR, config.to_json())
     if embedding_cls is not None:
         monkeypatch.setattr(upstream, "EngramEmbedding", embedding_cls)
     config = SimpleNamespace(rms_norm_eps=1e-6, hidden_size=HIDDEN, hc_mult=2)
@@ -126,33 +194,53 @@ def _engram(layout, monkeypatch, offload, embedding_cls=None):
     return module
 
 
-def test_engram_layer_matches_upstream_and_off_is_identity(placed, layout, monkeypatch):
+def test_engram_layers_match_upstream_count_lookups_and_off_is_identity(
+    placed, layout, monkeypatch
+):
+    """An Engram layer served by our tables or by upstream's (as SGLang builds them)
+    computes what upstream's own layer does; both count their lookups; off passes
+    the residual through."""
     from sglang_engram.dsv4 import PlacedEngramEmbedding
 
-    ours = _engram(layout, monkeypatch, "hbm")
-    ref = _engram(layout, monkeypatch, "hbm", PlacedEngramEmbedding.__mro__[1])
-    assert isinstance(ours.embed, PlacedEngramEmbedding)
-    assert type(ref.embed) is PlacedEngramEmbedding.__mro__[1]
+    table_registry.clear()
+    ours = _engram(layout, monkeypatch, OURS)
+    served = _engram(layout, monkeypatch, UPSTREAM)
+    ref = _engram(layout, monkeypatch, UPSTREAM, _upstream_cls())
+    assert type(ours.embed) is PlacedEngramEmbedding
+    assert type(served.embed) is type(ref.embed) is _upstream_cls()
     weight, scale = random_table(layout.num_embeddings[0], layout.head_dim)
-    for module in (ours, ref):
+    for module in (ours, served, ref):
         module.embed.weight.weight_loader(module.embed.weight, weight.view(torch.float8_e4m3fn))
         module.embed.scale.weight_loader(module.embed.scale, scale.view(torch.float8_e8m0fnu))
         module.embed.finish_load("layer")
     ref.wkv.weight.data.copy_(torch.randn_like(ref.wkv.weight) * 0.05)
-    for name in ("wkv.weight", "q_weight", "k_weight"):
-        dict(ours.named_parameters())[name].data.copy_(dict(ref.named_parameters())[name])
+    for module in (ours, served):
+        for name in ("wkv.weight", "q_weight", "k_weight"):
+            dict(module.named_parameters())[name].data.copy_(dict(ref.named_parameters())[name])
     tokens = random.randint(1, 16)
     x = torch.randn(tokens, 2, HIDDEN, dtype=torch.bfloat16)
     ids = _hash_ids(layout, 0, tokens)
-    want = ref(x, ids, input_ids=torch.zeros(tokens, dtype=torch.long))
+    no_image = torch.zeros(tokens, dtype=torch.long)
+    want = ref(x, ids, input_ids=no_image)
     assert not torch.equal(want, x)
-    assert torch.equal(ours(x, ids, input_ids=torch.zeros(tokens, dtype=torch.long)), want)
+    for module in (ours, served):
+        assert torch.equal(module(x, ids, input_ids=no_image), want)
+    counted = {e.table.placement: e.table.counters.snapshot() for e in table_registry.served()}
+    row_bytes = layout.head_dim + layout.head_dim // 32
+    for placement in ("dram", "hbm"):
+        assert counted[placement]["lookups"] == 1, placement
+        assert counted[placement]["rows_requested"] == ids.numel(), placement
+    assert counted["hbm"]["bytes_read"] == {"hbm": ids.numel() * row_bytes}
+    table_registry.clear()
 
-    off = _engram(layout, monkeypatch, "off")
-    assert off(x, ids, input_ids=torch.zeros(tokens, dtype=torch.long)) is x
+    off = _engram(layout, monkeypatch, EngramServerConfig(offload="off"))
+    assert off(x, ids, input_ids=no_image) is x
 
 
 def test_loader_never_reads_skipped_tables(sglang_with_plugin, tmp_path):
+    """Every safetensors loader of SGLang leaves the skipped tables unread: single- and
+    multi-threaded, with and without mmap, fastsafetensors and instanttensor (those two
+    need a GPU for the files without tables, so here every file holds one)."""
     from sglang.srt.model_loader import weight_utils
 
     tensors = {
@@ -160,47 +248,66 @@ def test_loader_never_reads_skipped_tables(sglang_with_plugin, tmp_path):
         "layers.1.engram.embed.scale": torch.randint(100, 130, (64, 1), dtype=torch.uint8),
         "layers.1.engram.wkv.weight": torch.randn(8, 4),
         "embed.weight": torch.randn(16, 4),
+        "norm.weight": torch.randn(random.randint(4, 16)),
     }
-    # two shards, each with its share of the tensors
-    names = sorted(tensors)
-    files = [str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")]
-    safetensors.torch.save_file({k: tensors[k] for k in names[::2]}, files[0])
-    safetensors.torch.save_file({k: tensors[k] for k in names[1::2]}, files[1])
+    # two shards with a table tensor each, and one without
+    files = [str(tmp_path / f"{i}.safetensors") for i in range(3)]
+    table_names = ["layers.1.engram.embed.weight", "layers.1.engram.embed.scale"]
+    shards = [
+        [table_names[0], "embed.weight"],
+        [table_names[1], "layers.1.engram.wkv.weight"],
+        ["norm.weight"],
+    ]
+    for path, names in zip(files, shards, strict=True):
+        safetensors.torch.save_file({k: tensors[k] for k in names}, path)
     iterators = {
-        "single": weight_utils.safetensors_weights_iterator,
-        "threaded": lambda f: weight_utils.buffered_multi_thread_safetensors_weights_iterator(
-            f, max_workers=2
+        "single": (weight_utils.safetensors_weights_iterator, {}),
+        "single, no mmap": (weight_utils.safetensors_weights_iterator, {"disable_mmap": True}),
+        "threaded": (
+            weight_utils.buffered_multi_thread_safetensors_weights_iterator,
+            {"max_workers": 2},
         ),
+        "threaded, no mmap": (
+            weight_utils.buffered_multi_thread_safetensors_weights_iterator,
+            {"max_workers": 2, "disable_mmap": True},
+        ),
+        "fastsafetensors": (weight_utils.fastsafetensors_weights_iterator, {}),
+        "instanttensor": (weight_utils.instanttensor_weights_iterator, {}),
     }
-    for kind, iterate in iterators.items():
+    for kind, (iterate, options) in iterators.items():
+        on_cpu = "tensor" not in kind
         try:
             loading.skip_tables(layers={1})
-            got = dict(iterate(files))
+            got = dict(iterate(files if on_cpu else files[:2], **options))
         finally:
             loading.reset_skips()
-        assert set(got) == {"layers.1.engram.wkv.weight", "embed.weight"}, kind
+        want = {n for n in tensors if n not in table_names and (on_cpu or n != "norm.weight")}
+        assert set(got) == want, kind
         assert all(torch.equal(got[k], tensors[k]) for k in got)
-        assert set(dict(iterate(files))) == set(tensors), kind
+        if on_cpu:
+            assert set(dict(iterate(files, **options))) == set(tensors), kind
 
 
-@pytest.mark.parametrize("offload", ["hbm", "dram"])
+@pytest.mark.parametrize("config", [UPSTREAM, OURS], ids=["upstream hbm", "ours dram+hot"])
 @pytest.mark.parametrize("heads", [4, 3], ids=["column-aligned", "row-split"])
-def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, offload, heads):
-    """TP=2 (two ranks' contexts in one process): each rank's shard owns upstream's
-    rows, and the shards' zero-filled lookups add up (upstream's all-reduce) to the
-    whole table's rows."""
-    from sglang.srt.layers.engram import EngramLayout
+def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, heads):
+    """TP=2 (two ranks' contexts in one process), for each implementation as SGLang
+    builds it: each rank's shard owns upstream's rows, and the shards' zero-filled
+    lookups add up (upstream's all-reduce) to the whole table's rows."""
+    from sglang.srt.layers.engram import EngramLayout, shard_range
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
     from sglang.srt.server_args import ServerArgs
     from sglang_engram.dsv4 import PlacedEngramEmbedding
 
     fields = engram_fields(layer_ids=(1, 14), n=3, heads=heads, head_dim=64)
     layout = EngramLayout.from_config(SimpleNamespace(**fields))
-    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+    monkeypatch.setenv(ENV_VAR, config.to_json())
     args = (layout.num_embeddings[1], layout.head_dim, 14, layout.column_bounds(1))
     weight, scale = random_table(layout.num_embeddings[1], layout.head_dim)
     ids = _hash_ids(layout, 1, random.randint(1, 40))
-    total = {"ours": 0, "upstream": 0}
+    total = {"served": 0, "upstream": 0}
+    reads = {}
+    table_registry.clear()
     for rank in (0, 1):
         context = create_context(
             ServerArgs(model_path="dummy", tp_size=2),
@@ -208,24 +315,38 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, offload, 
             ranks=SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank),
         )
         with use_context(context):
-            ours = PlacedEngramEmbedding(*args)
-            upstream = PlacedEngramEmbedding.__mro__[1](*args)
-        for module in (ours, upstream):
+            served = PlacedEngramEmbedding(*args)
+            upstream = _upstream_cls()(*args)
+        assert isinstance(served, PlacedEngramEmbedding) != config.upstream_serves_dsv4
+        for module in (served, upstream):
             module.weight.weight_loader(module.weight, weight.view(torch.float8_e4m3fn))
             module.scale.weight_loader(module.scale, scale.view(torch.float8_e8m0fnu))
-        ours.finish_load(f"layer 14 rank {rank}")
-        assert (ours.row_start, ours.rows) == (upstream.row_start, upstream.rows)
-        assert ours.table.num_rows == upstream.rows
-        mine, theirs = ours._owned_rows(ids), upstream._owned_rows(ids)
+        served.finish_load(f"layer 14 rank {rank}")
+        start, end = shard_range(args[0], args[3], rank, 2)
+        assert (served.row_start, served.rows) == (start, end - start)
+        assert table_registry.served()[-1].table.num_rows == end - start
+        assert table_registry.served()[-1].row_start == start
+        mine, theirs = served._owned_rows(ids), upstream._owned_rows(ids)
         assert torch.equal(mine.view(torch.int16), theirs.view(torch.int16))
-        total["ours"] = total["ours"] + mine.float()
+        seen = table_registry.served()[-1].table
+        if config.upstream_serves_dsv4:  # counted as Engram.embed_rows' hook does
+            seen.record(ids.numel(), seen.start())
+            row_bytes = layout.head_dim + layout.head_dim // 32
+            assert seen.memory() == {"hbm": (end - start) * row_bytes}
+        reads[rank] = seen.counters.snapshot()["unique_rows"]
+        total["served"] = total["served"] + mine.float()
         total["upstream"] = total["upstream"] + theirs.float()
-    assert torch.equal(total["ours"], total["upstream"])
+    table_registry.clear()
+    loading.reset_skips()
+    assert torch.equal(total["served"], total["upstream"])
+    if config.upstream_serves_dsv4:
+        # each id's row is read by exactly one rank: counted once, by TP rank 0
+        assert reads == {0: ids.numel(), 1: 0}
     want = (
         weight.view(torch.float8_e4m3fn)[ids].float().unflatten(-1, (-1, 32))
         * scale.view(torch.float8_e8m0fnu)[ids].float().unsqueeze(-1)
     ).flatten(-2)
-    assert torch.equal(total["ours"], want.to(torch.bfloat16).float())
+    assert torch.equal(total["served"], want.to(torch.bfloat16).float())
 
 
 def test_cache_flags_are_budgets_shared_by_the_tables(monkeypatch, cpu_context, layout):

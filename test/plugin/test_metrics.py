@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import random
+import threading
 
+import pytest
 import torch
 from prometheus_client import REGISTRY
 from sglang_engram import table_registry
-from sglang_engram.metrics import EngramMetrics
+from sglang_engram.metrics_export import EngramMetrics
 
+from engram.fp8 import quantize_rows
 from engram.tables import create_table
 from test.plugin.tiny import random_table
 
@@ -17,35 +20,114 @@ def _value(name, **labels):
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def test_lookups_move_the_engram_metrics():
+@pytest.fixture(scope="module")
+def metrics():
+    """One exporter per process (its metrics live in prometheus_client's registry)."""
+    return EngramMetrics()
+
+
+@pytest.fixture
+def layers():
+    """Fresh layer labels (the counters of earlier tests stay in the registry)."""
+    table_registry.clear()  # tables other tests served in this process
+    yield random.sample(range(1000, 100000), 4)
+    table_registry.clear()
+
+
+def test_lookups_move_the_engram_metrics(metrics, layers):
     rows, dim = random.randint(100, 300), 64
     table = create_table("hbm", *random_table(rows, dim), head_dim=dim)
-    layer = random.randint(0, 40)
-    table_registry.clear()  # tables other tests served in this process
+    layer = layers[0]
     table_registry.add(layer, table)
-    metrics = EngramMetrics()
     read_before = _value("sglang:engram_bytes_read_total", tier="hbm")
-    try:
-        metrics.update()  # adopts the table's counters
-        ids = torch.randint(0, rows, (random.randint(5, 50), 8))
-        table.lookup(ids)
-        table.lookup(ids[:3])
-        metrics.update()
-        requested = ids.numel() + ids[:3].numel()
-        unique = torch.unique(ids).numel() + torch.unique(ids[:3]).numel()
-        assert _value("sglang:engram_rows_requested_total", layer=str(layer)) == requested
-        assert _value("sglang:engram_unique_rows_total", layer=str(layer)) == unique
-        # a TP rank other than 0 leaves rows requested to rank 0 (same ids everywhere)
-        metrics.export_requests = False
-        table.lookup(ids[:1])
-        metrics.update()
-        assert _value("sglang:engram_rows_requested_total", layer=str(layer)) == requested
-        unique += torch.unique(ids[:1]).numel()
-        assert _value("sglang:engram_unique_rows_total", layer=str(layer)) == unique
-    finally:
-        table_registry.clear()
+    timed_before = _value("sglang:engram_lookup_seconds_count")
+    metrics.export_requests = True
+    metrics.update()  # attaches the latency histogram
+    ids = torch.randint(0, rows, (random.randint(5, 50), 8))
+    table.lookup(ids)
+    table.lookup(ids[:3])
+    metrics.update()
+    requested = ids.numel() + ids[:3].numel()
+    unique = torch.unique(ids).numel() + torch.unique(ids[:3]).numel()
+    assert _value("sglang:engram_rows_requested_total", layer=str(layer)) == requested
+    assert _value("sglang:engram_unique_rows_total", layer=str(layer)) == unique
+    # a TP rank other than 0 leaves rows requested to rank 0 (same ids everywhere)
+    metrics.export_requests = False
+    table.lookup(ids[:1])
+    metrics.update()
+    metrics.export_requests = True
+    assert _value("sglang:engram_rows_requested_total", layer=str(layer)) == requested
+    unique += torch.unique(ids[:1]).numel()
+    assert _value("sglang:engram_unique_rows_total", layer=str(layer)) == unique
     read = _value("sglang:engram_bytes_read_total", tier="hbm") - read_before
     assert read == unique * (dim + dim // 32)
-    assert _value("sglang:engram_lookup_seconds_count") == 3
+    assert _value("sglang:engram_lookup_seconds_count") - timed_before == 3
     assert _value("sglang:engram_table_bytes", tier="hbm") == rows * (dim + dim // 32)
     assert _value("sglang:engram_hot_cache_hit_ratio") == 0.0
+
+
+def test_no_lookup_is_lost_between_updates(metrics, layers):
+    """Lookups on other threads while the exporter updates are all exported: it reads
+    the tables' counters and never swaps them for new ones."""
+    rows, dim = random.randint(100, 300), 64
+    tables = {layer: create_table("dram", *random_table(rows, dim)) for layer in layers}
+    for layer, table in tables.items():
+        table_registry.add(layer, table)
+    counters = {layer: table.counters for layer, table in tables.items()}
+    done = threading.Event()
+    looked_up = dict.fromkeys(layers, 0)
+
+    def look_up(layer: int) -> None:
+        while not done.is_set():
+            ids = torch.randint(0, rows, (random.randint(1, 20),))
+            tables[layer].lookup(ids)
+            looked_up[layer] += ids.numel()
+
+    threads = [threading.Thread(target=look_up, args=(layer,)) for layer in layers]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(random.randint(20, 40)):
+            metrics.update()
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
+    metrics.update()
+    for layer, table in tables.items():
+        assert table.counters is counters[layer]
+        assert _value("sglang:engram_rows_requested_total", layer=str(layer)) == looked_up[layer]
+
+
+def test_ssd_table_stats_are_exported(metrics, layers, tmp_path):
+    rows, dim = random.randint(200, 400), 64
+    weight, scale = quantize_rows(torch.randn(rows, dim))
+    layer = layers[0]
+    table = create_table("ssd", weight, scale, path=tmp_path / "t", ram_cache_bytes=1 << 20)
+    try:
+        table_registry.add(layer, table)
+        ids = torch.randint(0, rows, (random.randint(20, 60),))
+        table.lookup(ids)
+        table.lookup(ids)  # the second time from the RAM cache
+        handle = table.prefetch(ids[:5])
+        table.lookup(ids[:5])
+        metrics.update()
+        stats = table.stats()
+        assert stats["ram_cache_hits"] > 0 and stats["ram_cache_misses"] > 0
+        for name, key in (
+            ("ssd_ram_cache_hits", "ram_cache_hits"),
+            ("ssd_ram_cache_misses", "ram_cache_misses"),
+            ("ssd_prefetch_hits", "prefetch_hits"),
+            ("ssd_io_errors", "io_errors"),
+        ):
+            assert _value(f"sglang:engram_{name}_total", layer=str(layer)) == stats[key], name
+        ratio = stats["ram_cache_hits"] / (stats["ram_cache_hits"] + stats["ram_cache_misses"])
+        assert _value("sglang:engram_ssd_ram_cache_hit_ratio") == pytest.approx(ratio)
+        table.lookup(ids)
+        metrics.update()
+        hits = table.stats()["ram_cache_hits"]
+        assert hits > stats["ram_cache_hits"]
+        assert _value("sglang:engram_ssd_ram_cache_hits_total", layer=str(layer)) == hits
+        handle.release()
+    finally:
+        table.close()

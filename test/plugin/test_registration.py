@@ -113,5 +113,51 @@ def test_doctor_reports_version_and_hooks():
     assert report["serve_backend"] == "engram = sglang_engram.serve_backend:backend"
     assert set(report["hooks"]) == {h.target for h in HOOKS}
     assert set(report["hooks"].values()) == {"applied"}
+    # which code serves each placement's tables
+    upstream, ours = "upstream SGLang's EngramEmbedding", "sglang-engram's tables"
+    serving = report["serving"]
+    assert set(serving) == {"hbm", "dram", "ssd", "off"}
+    assert serving["hbm"]["deepseek_v4.1"] == f"{upstream} (device table)"
+    assert serving["dram"]["deepseek_v4.1"] == f"{upstream} (pinned host table)"
+    assert serving["dram"]["deepseek_v4.1 with --engram-hot-cache-gb"] == ours
+    assert {serving[p]["deepseek_v4.1"] for p in ("ssd", "off")} == {ours}
+    assert {who["tiny"] for who in serving.values()} == {ours}
     assert {"hugepages_total", "transparent_hugepages"} <= set(report["host_memory"])
     assert "available" in report["gpu"]
+
+
+_IMPORT_ORDER = """
+import json, warnings
+warnings.simplefilter("ignore")
+from sglang.srt.plugins import load_plugins
+load_plugins()
+import {first}
+import sglang.srt.layers.engram as upstream
+from sglang_engram import plugin
+from sglang_engram.dsv4 import PlacedEngramEmbedding
+print(json.dumps({{
+    "status": {{t: plugin.STATUS[t] for t in plugin.STATUS if ".layers.engram." in t}},
+    "replaced": upstream.EngramEmbedding is PlacedEngramEmbedding,
+    "wrapped": hasattr(upstream.Engram.forward, "__wrapped__"),
+}}))
+"""
+
+
+@pytest.mark.parametrize("first", ["sglang_engram.dsv4", "sglang.srt.layers.engram"])
+def test_engram_layer_hooks_apply_in_any_import_order(first):
+    """Importing our DSv4.1 module before upstream's Engram layers (it imports them
+    itself) must still apply both hooks on them."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ORDER.format(first=first)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    layer_hooks = {h.target for h in HOOKS if h.module == "sglang.srt.layers.engram"}
+    assert len(layer_hooks) == 3
+    assert report["status"] == dict.fromkeys(layer_hooks, "applied"), report
+    assert report["replaced"] and report["wrapped"]

@@ -27,11 +27,11 @@ from torch import nn
 from engram.spec import EngramSpec
 from sglang_engram import loading, table_registry
 from sglang_engram.config import EngramServerConfig, current_config
+from sglang_engram.early_lookup import EarlyLookups
 from sglang_engram.models.engram_block import EngramBlock
 from sglang_engram.models.hasher import SlotHasher, load_serving_tokenizer
 from sglang_engram.models.weights import ENGRAM_PARAM, route_weight
 from sglang_engram.placement import serving_model_path
-from sglang_engram.prefetch import LookupPrefetcher
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class EngramQwen3Model(nn.Module):
         # NOTE: only device lookups go on the side stream early; an ssd lookup reads
         # files on the host, which before layer 0 would hold back every launch (the
         # read-ahead above is its prefetch).
-        self.prefetcher = LookupPrefetcher(
+        self.early = EarlyLookups(
             engram.prefetch and engram.offload in ("hbm", "dram"),
             torch.device(torch.get_default_device()),
         )
@@ -135,7 +135,7 @@ class EngramQwen3Model(nn.Module):
         if self.engram_hasher is not None:
             hash_ids = self.engram_hasher(input_ids, forward_batch)
             lookups = [(lambda b=b: b.lookup(hash_ids[:, b.hash_index])) for b in self.blocks]
-            started = self.prefetcher.start(lookups)
+            started = self.early.start(lookups)
             pending = {b.layer_id: p for b, p in zip(self.blocks, started, strict=True)}
         for i, layer in enumerate(self.layers):
             if layer.engram is not None:
@@ -216,7 +216,9 @@ class EngramQwen3ForCausalLM(nn.Module):
         if missing:
             raise ValueError(f"the checkpoint has no Engram table for layers {missing}")
         loading.reset_skips()
-        table_registry.log_placement(self.engram.offload, self.engram.role_name)
+        table_registry.log_placement(
+            self.engram.offload, self.engram.role_name, self.engram.implementation(tiny=True)
+        )
 
 
 EntryClass = [EngramQwen3ForCausalLM]

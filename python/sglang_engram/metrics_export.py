@@ -3,8 +3,11 @@
 SGLang's scheduler processes write their metrics through ``prometheus_client``'s
 multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, set by the launcher) and the HTTP
 server aggregates them; ours join the same files. A daemon thread in each scheduler
-turns the tables' cumulative :class:`TableCounters` into counter increments; the
-lookup latency histogram observes every lookup (on a GPU, once its CUDA events complete).
+turns the served tables' cumulative counters (:class:`engram.tables.TableCounters`, and
+an ssd table's own ``stats()``) into counter increments; the lookup latency histogram
+observes every lookup (on a GPU, once its CUDA events complete). Tables served by
+upstream's ``EngramEmbedding`` (DeepSeek-V4.1 ``hbm``/``dram``) are counted too
+(:mod:`sglang_engram.upstream_embedding`).
 
 With tensor parallelism every rank looks up every row id, so rows requested are
 exported by TP rank 0 only; unique rows and bytes read are summed over the GPUs that
@@ -18,7 +21,6 @@ import logging
 import threading
 from typing import Any
 
-from engram.tables import TableCounters
 from sglang_engram import table_registry
 
 logger = logging.getLogger(__name__)
@@ -27,6 +29,13 @@ PREFIX = "sglang:engram_"
 LATENCY_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 # NOTE: a dram or ssd table reports the bytes its HBM hot cache served under "hbm".
 HOT_TIER = "hbm"
+# exported counter -> the cumulative key of an ssd table's stats() it follows
+SSD_COUNTERS = {
+    "ssd_ram_cache_hits": ("ram_cache_hits", "Engram rows the ssd RAM cache served"),
+    "ssd_ram_cache_misses": ("ram_cache_misses", "Engram rows the ssd RAM cache missed"),
+    "ssd_prefetch_hits": ("prefetch_hits", "Engram rows served from SSD read-ahead"),
+    "ssd_io_errors": ("io_errors", "Failed reads of Engram ssd table files"),
+}
 
 
 class EngramMetrics:
@@ -55,6 +64,15 @@ class EngramMetrics:
             "Share of Engram bytes served by the HBM hot cache",
             multiprocess_mode="livemax",
         )
+        self.ssd = {
+            name: Counter(f"{PREFIX}{name}", doc, ["layer"])
+            for name, (_, doc) in SSD_COUNTERS.items()
+        }
+        self.ssd_hit_ratio = Gauge(
+            f"{PREFIX}ssd_ram_cache_hit_ratio",
+            "Share of ssd Engram rows the RAM cache served",
+            multiprocess_mode="livemax",
+        )
         self.interval_s = interval_s
         self._seen: dict[int, dict[str, Any]] = {}
         self._stop = threading.Event()
@@ -78,54 +96,43 @@ class EngramMetrics:
         """Fold what the tables counted since the last call into the metrics."""
         for tier, n in table_registry.memory_by_tier().items():
             self.table_bytes.labels(tier=tier).set(n)
-        hot = total = 0
+        hot = total = cache_hits = cache_reads = 0
         for entry in table_registry.served():
             counters = entry.table.counters
-            if not isinstance(counters, ObservedCounters):
-                counters = ObservedCounters.adopt(counters, self.latency)
-                entry.table.counters = counters
+            if counters.on_duration is None:
+                counters.on_duration = self.latency.observe
+            # NOTE: the counters only grow and are never replaced; each update exports
+            # the difference between two snapshots, so nothing counted in between is lost.
             now = counters.snapshot()
-            last = self._seen.get(
-                id(counters), {"rows_requested": 0, "unique_rows": 0, "bytes_read": {}}
-            )
+            last = self._seen.get(id(counters), _ZERO)
             layer = str(entry.layer_id)
             if self.export_requests:
-                requested = now["rows_requested"] - last["rows_requested"]
-                self.rows.labels(layer=layer).inc(requested)
-            self.unique.labels(layer=layer).inc(max(0, now["unique_rows"] - last["unique_rows"]))
-            for tier, n in now["bytes_read"].items():
-                self.bytes_read.labels(tier=tier).inc(n - last["bytes_read"].get(tier, 0))
+                self.rows.labels(layer=layer).inc(_grown(now, last, "rows_requested"))
+            self.unique.labels(layer=layer).inc(_grown(now, last, "unique_rows"))
+            for tier in now["bytes_read"]:
+                self.bytes_read.labels(tier=tier).inc(
+                    _grown(now["bytes_read"], last["bytes_read"], tier)
+                )
+            if entry.table.placement == "ssd":
+                now["ssd"] = stats = entry.table.stats()
+                for name, (key, _) in SSD_COUNTERS.items():
+                    self.ssd[name].labels(layer=layer).inc(_grown(stats, last["ssd"], key))
+                cache_hits += stats.get("ram_cache_hits", 0)
+                cache_reads += stats.get("ram_cache_hits", 0) + stats.get("ram_cache_misses", 0)
             self._seen[id(counters)] = now
             if entry.table.placement in ("dram", "ssd"):
                 hot += now["bytes_read"].get(HOT_TIER, 0)
                 total += sum(now["bytes_read"].values())
         self.hit_ratio.set(hot / total if total else 0.0)
+        self.ssd_hit_ratio.set(cache_hits / cache_reads if cache_reads else 0.0)
 
 
-class ObservedCounters(TableCounters):
-    """A table's counters that also feed the lookup-latency histogram."""
+_ZERO: dict[str, Any] = {"bytes_read": {}, "ssd": {}}
 
-    histogram: Any = None
 
-    @classmethod
-    def adopt(cls, old: TableCounters, histogram: Any) -> ObservedCounters:
-        snap = old.snapshot()
-        new = cls(
-            lookups=snap["lookups"],
-            rows_requested=snap["rows_requested"],
-            unique_rows=snap["unique_rows"],
-            bytes_read=snap["bytes_read"],
-            seconds=snap["seconds"],
-        )
-        new.histogram = histogram
-        return new
-
-    def record(
-        self, rows: int, unique: int, tier_bytes: dict[str, int], seconds: list[float]
-    ) -> None:
-        super().record(rows, unique, tier_bytes, seconds)
-        for duration in seconds:
-            self.histogram.observe(duration)
+def _grown(now: dict[str, Any], last: dict[str, Any], key: str) -> int:
+    """How much the cumulative ``key`` grew since ``last`` (0 when absent)."""
+    return now.get(key, 0) - last.get(key, 0)
 
 
 _metrics: EngramMetrics | None = None

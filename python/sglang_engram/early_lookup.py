@@ -40,7 +40,7 @@ class PendingRows:
         return self._rows
 
 
-class LookupPrefetcher:
+class EarlyLookups:
     def __init__(self, enabled: bool, device: torch.device):
         self.enabled = enabled
         self.stream = (

@@ -1,0 +1,126 @@
+"""DeepSeek-V4.1's ``hbm`` and ``dram`` tables served by upstream SGLang's own code.
+
+Upstream's ``EngramEmbedding`` holds a layer's rows in device memory, or, with its host
+table switched on, in pinned host memory the GPU reads over UVA. Both run in upstream's
+CI on GPUs, so the plugin builds that class for these placements (``dsv4.py`` decides)
+and adds only what upstream lacks:
+
+- the placement comes from ``--engram-offload``: upstream's own switch
+  (``SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE``) is set for the construction from the
+  flag, whatever the user's environment says;
+- the lookups are counted for ``/metrics`` (:class:`UpstreamTable`, fed by the AROUND
+  hook on ``Engram.embed_rows``), like those of our tables.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+
+import torch
+from torch import nn
+
+from engram.fp8 import row_bytes
+from engram.tables import TableCounters
+from engram.tables.timing import LookupClock, Mark
+from sglang_engram import table_registry
+from sglang_engram.config import EngramServerConfig
+
+logger = logging.getLogger(__name__)
+
+# NOTE: the attribute of an upstream EngramEmbedding that holds its UpstreamTable.
+ATTR = "engram_served"
+
+
+def build(
+    upstream_cls: type[nn.Module], config: EngramServerConfig, *args: object, **kwargs: object
+) -> nn.Module:
+    """Upstream's ``EngramEmbedding(*args, **kwargs)`` in ``config.offload`` (hbm or dram),
+    registered for the metrics."""
+    from sglang.srt.environ import envs
+
+    dram = config.offload == "dram"
+    with ExitStack() as switches:
+        switches.enter_context(envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.override(dram))
+        if dram:
+            # NOTE: upstream's peer shards take precedence over its host table and would
+            # keep the rows in device memory.
+            switches.enter_context(envs.SGLANG_OPT_DSV41_ENGRAM_PEER_SHARDS.override(False))
+        embedding = upstream_cls(*args, **kwargs)
+    layer_id = args[2] if len(args) > 2 else kwargs["layer_id"]
+    served = UpstreamTable(embedding, config.offload)
+    setattr(embedding, ATTR, served)
+    table_registry.add(int(layer_id), served, row_start=embedding.row_start)
+    logger.info(
+        "sglang-engram: layer %s Engram table in %s: %s (%d rows of this rank)",
+        layer_id,
+        config.offload,
+        config.implementation(tiny=False),
+        embedding.rows,
+    )
+    return embedding
+
+
+class UpstreamTable:
+    """An upstream ``EngramEmbedding`` as the metrics see a table: counters and memory.
+
+    Upstream reads every row it is asked for (no dedup), so rows read are counted as
+    requested. NOTE: with the rows sharded over TP ranks (device table, or the per-rank
+    host layout) every rank looks up the same ids and exactly one rank owns each row,
+    so TP rank 0 counts them for all; with the shared host table or peer shards each
+    rank reads all of its own ids itself, and under DP attention each rank's own ids
+    are read once by their owners, so each rank counts its own.
+    """
+
+    def __init__(self, embedding: nn.Module, placement: str):
+        from sglang.srt.runtime_context import get_parallel
+
+        self.embedding = embedding
+        self.placement = placement
+        self.num_rows = embedding.rows
+        self.counters = TableCounters()
+        self.row_bytes = row_bytes(embedding.dim)
+        host = embedding.host_table
+        self._shared = host is not None and host.layout == "shared"
+        parallel = get_parallel()
+        first_rank = parallel.tp_rank == 0
+        whole = embedding.tp_size == 1 or embedding.peer is not None or self._shared
+        whole = whole or parallel.attn_dp_size > 1
+        self._counts_reads = whole or first_rank
+        self._holds_memory = not self._shared or first_rank
+        # NOTE: built inside SGLang's default-device context: the device that reads the rows.
+        self._clock = LookupClock(torch.device(torch.get_default_device()))
+
+    def memory(self) -> dict[str, int]:
+        """Bytes of the rows (the shared host table once, on TP rank 0)."""
+        held = self.embedding.weight.numel() + self.embedding.scale.numel()
+        return {self.placement: held if self._holds_memory else 0}
+
+    def start(self) -> Mark:
+        return self._clock.start()
+
+    def record(self, rows: int, mark: Mark) -> None:
+        read = rows if self._counts_reads else 0
+        self.counters.record(
+            rows, read, {self.placement: read * self.row_bytes}, self._clock.stop(mark)
+        )
+
+
+def count_lookups(
+    original: Callable[..., torch.Tensor],
+    engram: nn.Module,
+    hash_ids: torch.Tensor,
+    *args: object,
+    **kwargs: object,
+) -> torch.Tensor:
+    """AROUND ``Engram.embed_rows`` (every lookup of a layer, staged rows included):
+    count the lookups of tables upstream serves (ours count their own)."""
+    served: UpstreamTable | None = getattr(engram.embed, ATTR, None)
+    if served is None:
+        return original(engram, hash_ids, *args, **kwargs)
+    mark = served.start()
+    rows = original(engram, hash_ids, *args, **kwargs)
+    served.record(hash_ids.numel(), mark)
+    return rows
+
