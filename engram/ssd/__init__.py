@@ -7,7 +7,7 @@
   writing tables (resumable, checksummed, published atomically); ``python -m
   engram.convert`` is the command line.
 - :mod:`~engram.ssd.readers`: read strategies (``mmap``, ``pread``), chosen by name.
-- :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.prefetch`, :mod:`~engram.ssd.staging`:
+- :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.read_ahead`, :mod:`~engram.ssd.staging`:
   the RAM hot-row cache, read-ahead handles (admission, next decode step), the (pinned)
   staging buffers.
 - :mod:`~engram.ssd.integrity`, :mod:`~engram.ssd.faults`: checksums, a file changing

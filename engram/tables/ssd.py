@@ -24,7 +24,7 @@ from engram.ssd.faults import EngramIOError
 from engram.ssd.integrity import FileGuard, verify_table
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 from engram.ssd.manifest import TableManifest
-from engram.ssd.prefetch import Prefetcher, PrefetchHandle, exact_match, take_rows
+from engram.ssd.read_ahead import Prefetcher, PrefetchHandle, exact_match, take_rows
 from engram.ssd.readers import DEFAULT_READER, open_reader
 from engram.ssd.row_cache import RowCache
 from engram.ssd.sources import TensorRows
@@ -157,7 +157,7 @@ class SsdTable(EngramTable):
     # ---- prefetch ---------------------------------------------------------------------
 
     def prefetch(self, row_ids: torch.Tensor) -> PrefetchHandle:
-        """Start reading ``row_ids``' rows in the background; see :mod:`engram.ssd.prefetch`."""
+        """Start reading ``row_ids``' rows in the background; see :mod:`engram.ssd.read_ahead`."""
         flat = row_ids.reshape(-1).to("cpu", torch.int64)
         self._check_ids(flat)
         handle = PrefetchHandle(
