@@ -197,6 +197,19 @@ def test_disk_filling_up_mid_write_fails_cleanly(tmp_path: Path) -> None:
     assert len(kept["chunk_crc32"]) >= 1  # finished chunks are kept for the resume
 
 
+def test_a_missing_checkpoint_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-checkpoint"
+    result = run_convert("--checkpoint", str(missing), "--out", str(tmp_path / "ssd"))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"engram.convert: error: checkpoint directory {missing} does not exist\n"
+    )
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EngramTableError, match="no \\*.safetensors files in checkpoint"):
+        convert_checkpoint(tmp_path / "empty", tmp_path / "ssd")
+    assert not (tmp_path / "ssd").exists()
+
+
 def test_tables_that_disagree_with_the_spec_are_named(tmp_path: Path) -> None:
     config = tiny_spec_config()
     write_checkpoint(tmp_path / "wide", {**config, "engram_head_dim": 96}, with_config=False)
