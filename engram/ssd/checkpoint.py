@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
 
 from engram.errors import EngramTableError
 from engram.spec import FP8_BLOCK, EngramSpec
@@ -36,6 +35,8 @@ class TensorEntry:
 
 
 def _open(path: Path) -> Any:
+    from safetensors import SafetensorError, safe_open  # not needed to serve tables
+
     # NOTE: safetensors maps the whole file (torch, copy-on-write), and under the kernel's
     # default overcommit rule a file larger than RAM + swap cannot be mapped. SGLang's
     # loader maps every checkpoint file the same way, so this adds no limit of its own;
@@ -43,7 +44,7 @@ def _open(path: Path) -> Any:
     try:
         return safe_open(str(path), framework="pt")
     except (SafetensorError, OSError, RuntimeError) as err:
-        raise EngramTableError(f"{path} is not a readable safetensors file: {err}") from err
+        raise EngramTableError(f"cannot read the safetensors file {path}: {err}") from err
 
 
 def read_entries(path: Path) -> dict[str, TensorEntry]:
@@ -87,6 +88,8 @@ class SafetensorsRows:
         handle = self._files.get(entry.file)
         if handle is None:
             handle = self._files[entry.file] = _open(entry.file)
+        from safetensors import SafetensorError
+
         try:
             rows = handle.get_slice(entry.name)[start:stop]
         except SafetensorError as err:

@@ -14,9 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
-
-from tqdm import tqdm
+from typing import Any, TextIO
 
 from engram.files import GIB, atomic_write
 from engram.ssd.checkpoint import find_tables
@@ -82,8 +80,10 @@ def convert_checkpoint(
     return manifest
 
 
-def _progress(total: int, done: int) -> tqdm:
+def _progress(total: int, done: int) -> Any:
     """A progress bar on a terminal; elsewhere (logs, CI) one plain line every 10 s."""
+    from tqdm import tqdm  # not needed to serve tables
+
     tty = sys.stderr.isatty()
     return tqdm(
         total=total,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from engram.ssd.checkpoint import find_tables
 from engram.ssd.ensure import decide, ensure_table
 from engram.ssd.layout import TableLayout
 from engram.tables import create_table
-from test.ssd.helpers import random_table, run_convert, tiny_spec_config, write_checkpoint
+from test.ssd.helpers import REPO, random_table, run_convert, tiny_spec_config, write_checkpoint
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -130,3 +132,38 @@ def test_a_directory_that_is_not_ours_is_never_touched(converted) -> None:
     with pytest.raises(EngramTableError, match="not an Engram SSD table manifest; refusing"):
         ensure_table(mine, source)
     assert sorted(os.listdir(mine)) == ["manifest.json", "notes.txt"]
+
+
+def test_the_identity_reads_sampled_rows_only(tmp_path: Path) -> None:
+    """A 3 GiB table (a sparse file): its identity and a slice of it are read without
+    the process growing by anything near the table's size."""
+    rows, dim = (3 << 30) // 264, 256
+    header = {
+        "layers.1.engram.embed.weight": {
+            "dtype": "F8_E4M3", "shape": [rows, dim], "data_offsets": [0, rows * dim]
+        },
+        "layers.1.engram.embed.scale": {
+            "dtype": "F8_E8M0", "shape": [rows, dim // 32], "data_offsets": [rows * dim, rows * 264]
+        },
+    }  # fmt: skip
+    raw = json.dumps(header).encode()
+    (tmp_path / "ckpt").mkdir()
+    with open(tmp_path / "ckpt" / "model.safetensors", "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        f.truncate(8 + len(raw) + rows * 264)
+    script = (
+        "import resource, sys; from pathlib import Path\n"
+        "from engram.ssd.checkpoint import find_tables\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "table = find_tables(Path(sys.argv[1]))[1]\n"
+        "table.identity(); weight, scale = table.read(1000, 9000)\n"
+        "assert weight.shape == (8000, 256) and scale.shape == (8000, 8)\n"
+        "assert int(weight.sum()) + int(scale.sum()) == 0  # the bytes are touched\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "ckpt")],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) < 256  # MiB, against a 3,072 MiB table
