@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from engram.errors import EngramTableError
+from engram.files import GIB
 from engram.fp8 import dequantize_rows, unpack_rows
 from engram.ssd.ensure import ensure_table, resolve_table_dir
 from engram.ssd.faults import EngramIOError
@@ -31,7 +32,7 @@ from engram.ssd.sources import TensorRows
 from engram.ssd.staging import StagingBuffers
 from engram.tables.base import EngramTable
 
-DEFAULT_PREFETCH_BYTES = 1 << 30
+DEFAULT_PREFETCH_BYTES = GIB
 
 
 class SsdTable(EngramTable):
