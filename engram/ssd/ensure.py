@@ -69,7 +69,8 @@ def decide(path: Path, source: RowSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES
         raise EngramTableError(
             f"{path} exists but is not an SSD table (no manifest.json); refusing to overwrite it"
         )
-    done = len(finished_chunks(partial_path(path), layout, source.identity()))
+    work = partial_path(path)
+    done = len(finished_chunks(work, layout, source.identity())) if work.exists() else 0
     written = min(done * layout.chunk_bytes, layout.file_bytes)
     why = f"half written ({written:,} bytes), resuming" if done else "not converted yet"
     return Decision(path, False, why, layout.file_bytes - written, 0)
