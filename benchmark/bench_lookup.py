@@ -41,15 +41,14 @@ import numpy as np
 import torch
 from lookup_baselines import AnonPeak, DramChild, NaivePath
 
+from engram.files import GIB, MIB
+from engram.ssd.ensure import ensure_table
 from engram.ssd.layout import TableLayout
 from engram.ssd.readers import DEFAULT_READER, reader_names
-from engram.ssd.writer import publish, write_table
 from engram.tables.ssd import SsdTable
 
 COLUMNS = 48
 BATCHES = {"decode": 64, "prefill": 8192}  # tokens per batch
-GIB = 1 << 30
-MIB = 1 << 20
 
 
 class SyntheticRows:
@@ -76,10 +75,7 @@ def build_table(directory: Path, gib: float) -> Path:
     source = SyntheticRows(rows)
     final = directory / "table"
     start = time.perf_counter()
-    write_table(
-        directory / "table.partial", source, identity=source.identity(), chunk_bytes=16 * MIB
-    )
-    publish(directory / "table.partial", final)
+    ensure_table(final, source, chunk_bytes=16 * MIB)
     print(f"built a {gib:g} GiB table ({rows:,} rows) in {time.perf_counter() - start:.1f} s")
     return final
 

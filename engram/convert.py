@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from engram.errors import EngramError
+from engram.files import MIB
 from engram.ssd.converter import convert_checkpoint
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 
@@ -21,9 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m engram.convert",
         description=(
             "Convert the Engram tables of a safetensors checkpoint into the SSD layout "
-            "(4 KiB-aligned rows, per-chunk crc32, source identity). The output appears "
-            "atomically; an interrupted run resumes where it stopped; an output made from a "
-            "different checkpoint is never overwritten."
+            "(4 KiB-aligned rows, per-chunk crc32, source identity). Each table appears "
+            "atomically; an interrupted run resumes where it stopped; a table already "
+            "converted from these rows is reused, one from other rows converted again."
         ),
     )
     parser.add_argument(
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--chunk-mib",
         type=float,
-        default=DEFAULT_CHUNK_BYTES / (1 << 20),
+        default=DEFAULT_CHUNK_BYTES / MIB,
         help="checksum and resume granularity in MiB (default %(default)g)",
     )
     parser.add_argument(
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         convert_checkpoint(
             args.checkpoint,
             args.out,
-            chunk_bytes=max(1, int(args.chunk_mib * (1 << 20))),
+            chunk_bytes=max(1, int(args.chunk_mib * MIB)),
             check_space=not args.no_space_check,
             verify=args.verify,
             show_progress=not args.quiet,

@@ -9,7 +9,7 @@ id, so ``max(map) + 1`` is the compressed vocab size every hash multiplier depen
 
 Decoding a large vocabulary takes seconds, so the map is cached under
 ``$SGLANG_ENGRAM_CACHE`` (default ``~/.cache/sglang-engram``), keyed by a hash of the
-tokenizer's content.
+tokenizer's content and the ``tokenizers`` version that decoded it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 
 from engram.errors import EngramInputError
+from engram.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def build_token_map(tokenizer: Any, *, cache: bool = True) -> tuple[torch.Tensor
     if table is None:
         table = compress_vocab(backend, size)
         if path is not None:
-            _write_atomic(path, table)
+            _write_cache(path, table)
     compressed_vocab_size = int(table.max()) + 1 if table.size else 0
     return torch.from_numpy(table), compressed_vocab_size
 
@@ -95,14 +95,19 @@ def compress_vocab(backend: Any, size: int) -> np.ndarray:
 
 
 def tokenizer_fingerprint(backend: Any, size: int) -> str:
-    """sha256 of the tokenizer's content and vocabulary size."""
+    """sha256 of the tokenizer's content, vocabulary size and ``tokenizers`` version."""
+    import tokenizers
+
     content = json.loads(backend.to_str())
     # NOTE: transformers toggles truncation/padding on the backend per call; they do not
     # change how single tokens decode, so they stay out of the key.
     content.pop("truncation", None)
     content.pop("padding", None)
     digest = hashlib.sha256()
-    for part in (MAP_FORMAT, json.dumps(content, sort_keys=True, ensure_ascii=False), str(size)):
+    # NOTE: the version too: decoding (byte fallback, normalizers) may change between
+    # releases of the tokenizers library, and with it the map.
+    text = json.dumps(content, sort_keys=True, ensure_ascii=False)
+    for part in (MAP_FORMAT, tokenizers.__version__, text, str(size)):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
@@ -150,19 +155,8 @@ def _read_cached(path: Path, size: int) -> np.ndarray | None:
     return table
 
 
-def _write_atomic(path: Path, table: np.ndarray) -> None:
-    """Write through a temporary file and rename, so readers never see half a map."""
+def _write_cache(path: Path, table: np.ndarray) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, table, allow_pickle=False)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda f: np.save(f, table, allow_pickle=False))
     except OSError as exc:
         logger.warning("could not cache the token map at %s: %s", path, exc)

@@ -3,11 +3,13 @@
 - :mod:`~engram.ssd.layout`, :mod:`~engram.ssd.manifest`: the file format (264-byte
   rows, 15 to a 4 KiB page, none straddling a page; a manifest with shapes, dtypes,
   crc32 per chunk and the source's identity).
-- :mod:`~engram.ssd.writer`, :mod:`~engram.ssd.ensure`, :mod:`~engram.ssd.converter`:
-  writing tables (resumable, checksummed, published atomically); ``python -m
-  engram.convert`` is the command line.
+- :mod:`~engram.ssd.ensure`: the one "reuse or convert" decision for a table directory
+  (:func:`~engram.ssd.ensure.decide`) and acting on it.
+- :mod:`~engram.ssd.writer`, :mod:`~engram.ssd.converter`, :mod:`~engram.ssd.checkpoint`:
+  writing tables (resumable, checksummed, published atomically) from rows read in slices
+  of a safetensors checkpoint; ``python -m engram.convert`` is the command line.
 - :mod:`~engram.ssd.readers`: read strategies (``mmap``, ``pread``), chosen by name.
-- :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.prefetch`, :mod:`~engram.ssd.staging`:
+- :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.read_ahead`, :mod:`~engram.ssd.staging`:
   the RAM hot-row cache, read-ahead handles (admission, next decode step), the (pinned)
   staging buffers.
 - :mod:`~engram.ssd.integrity`, :mod:`~engram.ssd.faults`: checksums, a file changing

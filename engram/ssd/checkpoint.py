@@ -1,23 +1,21 @@
 """The Engram tables inside a safetensors checkpoint, read in row ranges.
 
-The safetensors header is parsed here directly (8-byte length, JSON, then raw tensor
-bytes), so rows stream from the file with ``pread`` whatever their FP8 dtype and a
-table never has to fit in memory. Table names: ``layers.{L}.engram.embed.weight`` /
-``.scale`` (DeepSeek-V4.1) or ``model.layers.{L}.engram.embed.weight`` / ``.scale``
-(the tiny model).
+Tensors are found and read with ``safetensors.safe_open(...).get_slice``: a read copies
+only the rows asked for out of the file's mapping, so a table never has to fit in
+memory. Table names: ``layers.{L}.engram.embed.weight`` / ``.scale`` (DeepSeek-V4.1) or
+``model.layers.{L}.engram.embed.weight`` / ``.scale`` (the tiny model).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from engram.errors import EngramTableError
 from engram.spec import FP8_BLOCK, EngramSpec
@@ -34,42 +32,33 @@ class TensorEntry:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    offset: int  # absolute byte offset of the tensor's data in ``file``
-    nbytes: int
 
 
-def read_header(path: Path) -> dict[str, TensorEntry]:
-    """Tensor entries of one safetensors file; raises naming the file if malformed."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise EngramTableError(f"{path} is not a safetensors file (shorter than 8 bytes)")
-        (length,) = struct.unpack("<Q", head)
-        if length > min(size - 8, 1 << 30):
-            raise EngramTableError(f"{path} is not a safetensors file (header length {length})")
-        try:
-            header = json.loads(f.read(length))
-        except ValueError as err:
-            raise EngramTableError(f"{path}: unreadable safetensors header: {err}") from err
-    base = 8 + length
-    entries = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        if base + end > size:
-            raise EngramTableError(
-                f"{path} is truncated: tensor {name} ends at byte {base + end:,} of {size:,}"
-            )
-        entries[name] = TensorEntry(
-            path, name, info["dtype"], tuple(info["shape"]), base + begin, end - begin
-        )
-    return entries
+def _open(path: Path) -> Any:
+    from safetensors import SafetensorError, safe_open  # not needed to serve tables
+
+    # NOTE: safetensors maps the whole file (torch, copy-on-write), and under the kernel's
+    # default overcommit rule a file larger than RAM + swap cannot be mapped. SGLang's
+    # loader maps every checkpoint file the same way, so this adds no limit of its own;
+    # its ``pread`` backend is no way out: it reads a whole tensor to slice it.
+    try:
+        return safe_open(str(path), framework="pt")
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise EngramTableError(f"cannot read the safetensors file {path}: {err}") from err
+
+
+def read_entries(path: Path) -> dict[str, TensorEntry]:
+    """Name, dtype and shape of every tensor in one safetensors file."""
+    with _open(path) as f:
+        slices = {name: f.get_slice(name) for name in f.keys()}
+        return {
+            name: TensorEntry(path, name, s.get_dtype(), tuple(s.get_shape()))
+            for name, s in slices.items()
+        }
 
 
 class SafetensorsRows:
-    """One layer's table (weight + scale tensors) streamed from a checkpoint file."""
+    """One layer's table (weight + scale tensors) streamed from a checkpoint."""
 
     def __init__(self, layer: int, weight: TensorEntry, scale: TensorEntry):
         self.layer = layer
@@ -87,43 +76,52 @@ class SafetensorsRows:
                 f"[{self.num_rows}, {self.head_dim // FP8_BLOCK}] for {weight.name} "
                 f"{list(weight.shape)}"
             )
+        self._identity: dict[str, Any] | None = None
+        self._files: dict[Path, Any] = {}
 
     def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        return (
-            _read_rows(self.weight, self.head_dim, start, stop),
-            _read_rows(self.scale, self.head_dim // FP8_BLOCK, start, stop),
-        )
+        return self._read_rows(self.weight, start, stop), self._read_rows(self.scale, start, stop)
+
+    def _read_rows(self, entry: TensorEntry, start: int, stop: int) -> np.ndarray:
+        # NOTE: one open file per table and file: opening parses the header, which a
+        # sharded checkpoint repeats for thousands of tensors.
+        handle = self._files.get(entry.file)
+        if handle is None:
+            handle = self._files[entry.file] = _open(entry.file)
+        from safetensors import SafetensorError
+
+        try:
+            rows = handle.get_slice(entry.name)[start:stop]
+        except SafetensorError as err:
+            raise EngramTableError(f"{entry.file}: reading rows of {entry.name}: {err}") from err
+        return rows.view(torch.uint8).numpy()
 
     def identity(self) -> dict[str, Any]:
-        return {
-            "kind": "safetensors",
-            "weight": self.weight.name,
-            "scale": self.scale.name,
-            "file": self.weight.file.name,
-            "rows": self.num_rows,
-            "head_dim": self.head_dim,
-            "sample_crc32": sample_crc(self),
-        }
-
-
-def _read_rows(entry: TensorEntry, width: int, start: int, stop: int) -> np.ndarray:
-    want = (stop - start) * width
-    with open(entry.file, "rb", buffering=0) as f:
-        data = os.pread(f.fileno(), want, entry.offset + start * width)
-    if len(data) != want:
-        raise EngramTableError(f"{entry.file} ended while reading rows of {entry.name}")
-    return np.frombuffer(data, dtype=np.uint8).reshape(stop - start, width)
+        if self._identity is None:
+            self._identity = {
+                "kind": "safetensors",
+                "weight": self.weight.name,
+                "scale": self.scale.name,
+                "file": self.weight.file.name,
+                "rows": self.num_rows,
+                "head_dim": self.head_dim,
+                "sample_crc32": sample_crc(self),
+            }
+        return self._identity
 
 
 def find_tables(checkpoint: Path) -> dict[int, SafetensorsRows]:
     """Every Engram table in ``checkpoint`` (a directory of ``*.safetensors``), by layer;
     checked against ``config.json``'s ``engram_*`` fields when it has them."""
+    if not checkpoint.is_dir():
+        what = "is not a directory" if checkpoint.exists() else "does not exist"
+        raise EngramTableError(f"checkpoint directory {checkpoint} {what}")
     files = sorted(checkpoint.glob("*.safetensors"))
     if not files:
         raise EngramTableError(f"no *.safetensors files in checkpoint directory {checkpoint}")
     parts: dict[int, dict[str, TensorEntry]] = {}
     for path in files:
-        for name, entry in read_header(path).items():
+        for name, entry in read_entries(path).items():
             match = TABLE_NAME.match(name)
             if match:
                 parts.setdefault(int(match.group(1)), {})[match.group(2)] = entry
@@ -137,17 +135,6 @@ def find_tables(checkpoint: Path) -> dict[int, SafetensorsRows]:
     if not tables:
         raise EngramTableError(f"checkpoint {checkpoint} has no Engram tables (*.engram.embed.*)")
     return tables
-
-
-def checkpoint_identity(checkpoint: Path, tables: dict[int, SafetensorsRows]) -> dict[str, Any]:
-    """Names and sizes of the checkpoint's files plus the tables' own identities."""
-    files = sorted(checkpoint.glob("*.safetensors"))
-    return {
-        "kind": "checkpoint",
-        "files": [{"name": p.name, "bytes": p.stat().st_size} for p in files],
-        "tables": {str(layer): rows.identity() for layer, rows in tables.items()},
-    }
-
 
 def _check_against_config(checkpoint: Path, tables: dict[int, SafetensorsRows]) -> None:
     config_path = checkpoint / "config.json"

@@ -1,9 +1,22 @@
-"""Find, reuse or write the SSD table directory of one layer.
+"""The one "reuse or convert" decision for an SSD table directory, and acting on it.
 
-``ensure_table(path, source)`` is what ``create_table("ssd", weight, scale, path=...)``
-runs: reuse a finished table at ``path`` if it holds exactly these rows, write it (via
-``path.partial``, resuming a crashed write, then one rename) if there is none, and
-refuse anything else with an error naming the directory.
+:func:`decide` is asked by everything that finds a table on disk: the ``ssd`` table
+factory (``create_table("ssd", weight, scale, path=...)``), the converter (``python -m
+engram.convert``), and the plugin both in its startup free-space check and when it
+opens its tables; so they cannot disagree. :func:`ensure_table` acts on it: reuse, or
+(re)write the table through ``path.partial`` (resuming a crashed write of the same rows)
+and publish it with one rename.
+
+NOTE: the identity rule. A table is reused iff its manifest loads, it records the
+identity of the given source (tensor names, shape, TP shard and the crc32 of 1,024 rows
+spread evenly over the table: :func:`engram.ssd.sources.sample_crc`), and its data file
+passes the quick check (exact size, crc32 of the first and last chunk). Anything else of
+ours (another checkpoint's rows, an older format, a damaged or truncated file) is
+converted again. Comparing every chunk with the source would read the whole checkpoint
+at every start, as much as converting it, so the per-chunk crcs serve
+``verify="full"`` / ``--verify`` instead. The rule misses a checkpoint edited in place
+at none of the sampled rows, and damage only in a middle chunk (``--verify`` finds it).
+A directory that is not ours (no manifest of our format, but files) is never touched.
 """
 
 from __future__ import annotations
@@ -11,35 +24,139 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from engram.errors import EngramTableError
+from engram.ssd.integrity import verify_table
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES, TableLayout
-from engram.ssd.manifest import CHECKPOINT_FORMAT, MANIFEST, CheckpointManifest, TableManifest
+from engram.ssd.manifest import (
+    CHECKPOINT_FORMAT,
+    MANIFEST,
+    TABLE_FORMAT,
+    CheckpointManifest,
+    TableManifest,
+)
 from engram.ssd.sources import RowSource
-from engram.ssd.writer import iter_chunks, partial_path, publish, require_space, written_bytes
-from engram.ssd.writer import write_table as _write_table
+from engram.ssd.writer import finished_chunks, partial_path, publish, require_space, write_table
 
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What to do with the table directory ``path`` for the rows of a source."""
+
+    path: Path
+    reuse: bool
+    why: str  # what was found there, for the log
+    write_bytes: int  # bytes still to write, in the on-disk (page-padded) layout
+    stale_bytes: int  # bytes of an outdated table there that converting removes first
+
+
+def decide(path: Path, source: RowSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Decision:
+    """Reuse the table at ``path``, or convert ``source`` there (see the module NOTE)."""
+    layout = TableLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
+    if (path / MANIFEST).exists():
+        stale = _outdated(path, source)
+        if stale is None:
+            return Decision(path, True, "converted from these rows", 0, 0)
+        used = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        return Decision(path, False, stale, layout.file_bytes, used)
+    if path.exists() and any(path.iterdir()):
+        raise EngramTableError(
+            f"{path} exists but is not an SSD table (no manifest.json); refusing to overwrite it"
+        )
+    work = partial_path(path)
+    done = len(finished_chunks(work, layout, source.identity())) if work.exists() else 0
+    written = min(done * layout.chunk_bytes, layout.file_bytes)
+    why = f"half written ({written:,} bytes), resuming" if done else "not converted yet"
+    return Decision(path, False, why, layout.file_bytes - written, 0)
+
+
+def _outdated(path: Path, source: RowSource) -> str | None:
+    """Why the table of ours at ``path`` cannot serve ``source`` (``None``: it can)."""
+    try:
+        kind = json.loads((path / MANIFEST).read_text()).get("format")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    if kind != TABLE_FORMAT:
+        raise EngramTableError(
+            f"{path / MANIFEST} is not an Engram SSD table manifest; refusing to overwrite {path}"
+        )
+    try:
+        manifest = TableManifest.load(path)
+        if manifest.source != source.identity():
+            return (
+                f"it was converted from other rows ({_describe(manifest.source)}; these are "
+                f"{_describe(source.identity())})"
+            )
+        verify_table(path, manifest, "quick")
+    except EngramTableError as err:
+        return f"it is unusable: {err}"
+    return None
+
+
 def ensure_table(
-    path: Path, source: RowSource | None, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    path: Path,
+    source: RowSource | None,
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    check_space: bool = True,
+    on_chunk: Callable[[int], None] | None = None,
 ) -> TableManifest:
-    if (path / MANIFEST).exists() or source is None:
-        return _ensure(path, source, chunk_bytes)
+    """The manifest of a table at ``path`` holding ``source``'s rows, converting them
+    first unless :func:`decide` reuses what is there. ``source=None``: open as it is."""
+    if source is None:
+        if not (path / MANIFEST).exists():
+            what = "has no manifest.json" if path.exists() else "does not exist"
+            raise EngramTableError(
+                f"SSD table directory {path} {what}, and no weights were given to write it from"
+            )
+        return TableManifest.load(path)
+    if decide(path, source, chunk_bytes).reuse:
+        return TableManifest.load(path)
     # NOTE: processes that share a table (TP ranks of a model whose tables are not
-    # sharded, two servers on one disk) convert it once: the first holds the lock
-    # while it writes, the others then find the finished table.
+    # sharded, two servers on one disk) convert it once: the first holds the lock while
+    # it writes, the others then decide again and find the finished table.
     with _exclusive(path) as lock_file:
-        manifest = _ensure(path, source, chunk_bytes)
+        decision = decide(path, source, chunk_bytes)
+        if not decision.reuse:
+            _convert(decision, source, chunk_bytes, check_space, on_chunk)
         # NOTE: removed only once the table is published: whoever locks the old or a
         # new lock file from now on finds the table and reuses it.
         lock_file.unlink(missing_ok=True)
-        return manifest
+    return TableManifest.load(path)
+
+
+def _convert(
+    decision: Decision,
+    source: RowSource,
+    chunk_bytes: int,
+    check_space: bool,
+    on_chunk: Callable[[int], None] | None,
+) -> None:
+    path = decision.path
+    if (path / MANIFEST).exists():
+        logger.warning("converting the SSD table %s again: %s", path, decision.why)
+        remove_table(path)
+    if check_space:
+        require_space(path.parent, decision.write_bytes)
+    work = partial_path(path)
+    write_table(work, source, chunk_bytes=chunk_bytes, on_chunk=on_chunk)
+    publish(work, path)
+
+
+def remove_table(path: Path) -> None:
+    """Delete a table directory of ours, its manifest last: a crash half way leaves a
+    directory that is still recognised as an (unusable) table of ours."""
+    files = [f for f in path.iterdir() if f.name != MANIFEST]
+    for f in files:
+        f.unlink()
+    (path / MANIFEST).unlink(missing_ok=True)
+    path.rmdir()
 
 
 @contextmanager
@@ -56,29 +173,6 @@ def _exclusive(path: Path) -> Iterator[Path]:
             yield lock_file
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _ensure(path: Path, source: RowSource | None, chunk_bytes: int) -> TableManifest:
-    if (path / MANIFEST).exists():
-        manifest = TableManifest.load(path)
-        if source is not None:
-            check_same_rows(path, manifest, source)
-        return manifest
-    if source is None:
-        what = "has no manifest.json" if path.exists() else "does not exist"
-        raise EngramTableError(
-            f"SSD table directory {path} {what}, and no weights were given to write it from"
-        )
-    if path.exists() and any(path.iterdir()):
-        raise EngramTableError(
-            f"{path} exists but is not an SSD table (no manifest.json); refusing to overwrite it"
-        )
-    layout = TableLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
-    work = partial_path(path)
-    require_space(path.parent, layout.file_bytes - written_bytes(work))
-    manifest = _write_table(work, source, identity=source.identity(), chunk_bytes=chunk_bytes)
-    publish(work, path)
-    return manifest
 
 
 def resolve_table_dir(path: Path, layer: int | None) -> Path:
@@ -103,17 +197,6 @@ def resolve_table_dir(path: Path, layer: int | None) -> Path:
     return path / sub
 
 
-def check_same_rows(path: Path, manifest: TableManifest, source: RowSource) -> None:
-    """Raise unless ``source`` holds exactly the rows of the table at ``path``."""
-    if (manifest.num_rows, manifest.head_dim) != (source.num_rows, source.head_dim):
-        raise EngramTableError(
-            f"SSD table {path} has {manifest.num_rows:,} rows of width {manifest.head_dim} but "
-            f"the given weights are {source.num_rows:,} x {source.head_dim}; delete it or use "
-            "another path"
-        )
-    for index, buf in iter_chunks(source, manifest.layout):
-        if zlib.crc32(buf) != manifest.chunk_crc32[index]:
-            raise EngramTableError(
-                f"SSD table {path} holds different rows than the given weights (chunk "
-                f"{index} differs); delete it or use another path"
-            )
+def _describe(identity: dict) -> str:
+    keys = ("file", "weight", "rows", "shard", "sample_crc32")
+    return ", ".join(f"{k}={identity[k]}" for k in keys if k in identity) or str(identity)

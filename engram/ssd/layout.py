@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engram.errors import EngramTableError
+from engram.fp8 import row_bytes
 from engram.spec import FP8_BLOCK, valid_row_width
 
 PAGE_BYTES = 4096
@@ -58,7 +59,7 @@ class TableLayout:
 
     @property
     def row_bytes(self) -> int:
-        return self.head_dim + self.scale_dim
+        return row_bytes(self.head_dim)
 
     @property
     def rows_per_block(self) -> int:

@@ -1,18 +1,17 @@
-"""The manifests that describe SSD tables, and atomic JSON files.
+"""The manifests that describe SSD tables.
 
 A table directory's ``manifest.json`` records the layout (rows, row width, row and page
 sizes), the dtypes, the data file's size, a crc32 per chunk, a digest of those crcs
 (``table_digest``, which identifies the content) and the identity of the source the rows
-came from. A converted checkpoint directory has its own ``manifest.json`` naming the
-source checkpoint and its per-layer table directories. A manifest is written last, so a
-directory without one is never a finished table.
+came from. A converted checkpoint directory has its own ``manifest.json`` naming its
+per-layer table directories. A manifest is written last (atomically), so a directory
+without one is never a finished table.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,9 +124,9 @@ class TableManifest:
 
 @dataclass(frozen=True)
 class CheckpointManifest:
-    """A converted checkpoint: its source identity and one table directory per layer."""
+    """A converted checkpoint: one table directory per layer (each table's manifest
+    records the rows it was written from)."""
 
-    source: dict[str, Any]
     layers: dict[str, str]
     format: str = CHECKPOINT_FORMAT
     version: int = FORMAT_VERSION
@@ -143,7 +142,7 @@ class CheckpointManifest:
                 f"{directory / MANIFEST} is not a version-{FORMAT_VERSION} converted "
                 f"Engram checkpoint (format {data.get('format')!r}, version {data.get('version')})"
             )
-        return cls(source=data["source"], layers={str(k): v for k, v in data["layers"].items()})
+        return cls(layers={str(k): v for k, v in data["layers"].items()})
 
 
 def digest_of(layout: TableLayout, crcs: list[int]) -> str:
@@ -151,25 +150,6 @@ def digest_of(layout: TableLayout, crcs: list[int]) -> str:
     h.update(f"{layout.num_rows}:{layout.head_dim}:{layout.chunk_blocks}:".encode())
     h.update(b"".join(int(c).to_bytes(4, "little") for c in crcs))
     return h.hexdigest()
-
-
-def write_json_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader sees the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:

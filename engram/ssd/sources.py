@@ -1,9 +1,9 @@
 """Where the rows written to an SSD table come from.
 
 A :class:`RowSource` hands out FP8 rows by range (so a 94 GiB table is streamed, never
-held whole) and says who it is: ``identity()`` is compared with the manifest of an
-existing or half-written table to tell "same table, reuse/resume" from "different
-table, refuse".
+held whole) and says who it is: ``identity()`` is what the manifest of a table written
+from it records, and what :func:`engram.ssd.ensure.decide` compares to tell "same rows,
+reuse or resume" from "other rows, convert again".
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from engram.fp8 import as_uint8
 
-SAMPLE_ROWS = 64
+SAMPLE_ROWS = 1024
 
 
 class RowSource(Protocol):
@@ -35,8 +35,9 @@ class RowSource(Protocol):
 def sample_crc(source: RowSource) -> int:
     """crc32 of a fixed spread of rows (first, last and evenly spaced ones).
 
-    NOTE: this is a cheap fingerprint for telling tables apart before converting; the
-    manifest's per-chunk crcs cover every byte.
+    NOTE: part of every source's identity: the rule that decides reuse (see
+    :mod:`engram.ssd.ensure`). The manifest's per-chunk crcs cover every byte, for
+    ``verify="full"``.
     """
     n = source.num_rows
     picks = np.unique(np.linspace(0, n - 1, num=min(n, SAMPLE_ROWS)).astype(np.int64))
@@ -55,14 +56,17 @@ class TensorRows:
         self._weight = as_uint8(weight).cpu()
         self._scale = as_uint8(scale).cpu()
         self.num_rows, self.head_dim = (int(d) for d in self._weight.shape)
+        self._identity: dict[str, Any] | None = None
 
     def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         return self._weight[start:stop].numpy(), self._scale[start:stop].numpy()
 
     def identity(self) -> dict[str, Any]:
-        return {
-            "kind": "tensors",
-            "rows": self.num_rows,
-            "head_dim": self.head_dim,
-            "sample_crc32": sample_crc(self),
-        }
+        if self._identity is None:
+            self._identity = {
+                "kind": "tensors",
+                "rows": self.num_rows,
+                "head_dim": self.head_dim,
+                "sample_crc32": sample_crc(self),
+            }
+        return self._identity

@@ -1,11 +1,13 @@
 """Write SSD tables: resumable, checksummed, published atomically.
 
-A table is written into a *work* directory chunk by chunk. After each chunk is on disk
-(fsync) its crc32 is appended to ``progress.json``, so a crash loses at most the chunk
-in flight: writing again resumes after the last recorded chunk (a half-written chunk is
-cut off first). The manifest is written last; the caller then publishes the work
-directory with one ``rename``. A full disk stops the write cleanly, keeping the finished
-chunks for a later resume.
+A table is written into a *work* directory (``<table>.partial``) chunk by chunk. After
+each chunk is on disk (fsync) its crc32 is appended to ``progress.json``, so a crash
+loses at most the chunk in flight: writing the same rows again resumes after the last
+recorded chunk (a half-written chunk is cut off first); a work directory of other rows
+or another layout is started over. The manifest is written last; the caller then
+publishes the work directory with one ``rename`` of the directory (the table is two
+files, so a per-file atomic write cannot publish it). A full disk stops the write
+cleanly, keeping the finished chunks for a later resume.
 """
 
 from __future__ import annotations
@@ -20,19 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from engram.errors import EngramTableError
+from engram.files import GIB, MIB, atomic_write, fsync_dir
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES, TableLayout
-from engram.ssd.manifest import (
-    DATA_FILE,
-    MANIFEST,
-    TableManifest,
-    fsync_dir,
-    write_json_atomic,
-)
+from engram.ssd.manifest import DATA_FILE, MANIFEST, TableManifest
 from engram.ssd.sources import RowSource
 
 PROGRESS = "progress.json"
 PARTIAL_SUFFIX = ".partial"
-GIB = 1 << 30
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -40,19 +36,18 @@ def write_table(
     work: Path,
     source: RowSource,
     *,
-    identity: dict[str, Any],
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     on_chunk: Callable[[int], None] | None = None,
 ) -> TableManifest:
     """Write (or finish writing) ``source`` into ``work``; return its manifest."""
     layout = TableLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
+    identity = source.identity()
+    crcs = finished_chunks(work, layout, identity)
+    if len(crcs) == layout.num_chunks and (work / MANIFEST).exists():
+        return TableManifest.load(work)
+    if not crcs and work.exists():
+        shutil.rmtree(work)  # another source's or layout's rows: start over
     work.mkdir(parents=True, exist_ok=True)
-    if (work / MANIFEST).exists():
-        manifest = TableManifest.load(work)
-        if manifest.source != identity:
-            raise EngramTableError(f"{work} already holds a table from a different source")
-        return manifest
-    crcs = _resume_point(work, layout, identity)
     data = work / DATA_FILE
     fd = os.open(data, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
@@ -73,12 +68,12 @@ def write_table(
         raise EngramTableError(
             f"{what} while writing {data} ({os.strerror(err.errno)}): {len(crcs)} of "
             f"{layout.num_chunks} chunks are written and kept; make room for "
-            f"{left / (1 << 20):,.1f} MiB more and run again to resume"
+            f"{left / MIB:,.1f} MiB more and run again to resume"
         ) from err
     finally:
         os.close(fd)
     manifest = TableManifest.build(layout, crcs, identity)
-    write_json_atomic(work / MANIFEST, manifest.to_json())
+    atomic_write(work / MANIFEST, manifest.to_json())
     (work / PROGRESS).unlink(missing_ok=True)
     return manifest
 
@@ -93,13 +88,26 @@ def iter_chunks(
         yield index, layout.pack(weight, scale).tobytes()
 
 
-def written_bytes(work: Path) -> int:
-    """Bytes of finished chunks in a work directory (0 if there is none)."""
+def finished_chunks(work: Path, layout: TableLayout, identity: dict[str, Any]) -> list[int]:
+    """crc32s of the chunks of these rows (``identity``) in this ``layout`` that ``work``
+    already holds on disk; empty when it holds none, or other rows."""
+    if (work / MANIFEST).exists():
+        try:
+            manifest = TableManifest.load(work)
+        except EngramTableError:
+            return []
+        same = manifest.source == identity and manifest.layout == layout
+        return list(manifest.chunk_crc32) if same else []
     try:
         progress = json.loads((work / PROGRESS).read_text())
-    except (OSError, ValueError):
-        return 0
-    return len(progress.get("chunk_crc32", [])) * int(progress.get("chunk_bytes", 0))
+        crcs = [int(c) for c in progress["chunk_crc32"]]
+        size = (work / DATA_FILE).stat().st_size
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    if progress.get("source") != identity or progress.get("layout") != _layout_key(layout):
+        return []
+    # NOTE: a data file shorter than its recorded chunks would resume with a hole.
+    return crcs if size >= len(crcs) * layout.chunk_bytes else []
 
 
 def require_space(directory: Path, needed: int) -> str:
@@ -109,7 +117,7 @@ def require_space(directory: Path, needed: int) -> str:
     while not probe.exists():
         probe = probe.parent
     free = shutil.disk_usage(probe).free
-    line = f"needs {needed / GIB:.2f} GiB, {free / GIB:.2f} GiB free on {probe}"
+    line = f"needs {needed / GIB:.2f} GiB ({needed:,} bytes), {free / GIB:.2f} GiB free on {probe}"
     if needed > free:
         raise EngramTableError(f"not enough disk space for the SSD tables: {line}")
     return line
@@ -127,29 +135,15 @@ def partial_path(final: Path) -> Path:
     return final.with_name(final.name + PARTIAL_SUFFIX)
 
 
-def _resume_point(work: Path, layout: TableLayout, identity: dict[str, Any]) -> list[int]:
-    path = work / PROGRESS
-    if not path.exists():
-        return []
-    progress = json.loads(path.read_text())
-    if progress.get("source") != identity or progress.get("layout") != _layout_key(layout):
-        raise EngramTableError(
-            f"{work} holds a half-written table from a different source or layout; "
-            "remove it to start over"
-        )
-    return [int(c) for c in progress["chunk_crc32"]]
-
-
 def _save_progress(
     work: Path, layout: TableLayout, identity: dict[str, Any], crcs: list[int]
 ) -> None:
     progress = {
         "source": identity,
         "layout": _layout_key(layout),
-        "chunk_bytes": layout.chunk_bytes,
         "chunk_crc32": crcs,
     }
-    write_json_atomic(work / PROGRESS, json.dumps(progress))
+    atomic_write(work / PROGRESS, json.dumps(progress))
 
 
 def _layout_key(layout: TableLayout) -> list[int]:

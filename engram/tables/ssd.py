@@ -18,20 +18,21 @@ import numpy as np
 import torch
 
 from engram.errors import EngramTableError
+from engram.files import GIB
 from engram.fp8 import dequantize_rows, unpack_rows
 from engram.ssd.ensure import ensure_table, resolve_table_dir
 from engram.ssd.faults import EngramIOError
 from engram.ssd.integrity import FileGuard, verify_table
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 from engram.ssd.manifest import TableManifest
-from engram.ssd.prefetch import Prefetcher, PrefetchHandle, exact_match, take_rows
+from engram.ssd.read_ahead import Prefetcher, PrefetchHandle, exact_match, take_rows
 from engram.ssd.readers import DEFAULT_READER, open_reader
 from engram.ssd.row_cache import RowCache
 from engram.ssd.sources import TensorRows
 from engram.ssd.staging import StagingBuffers
 from engram.tables.base import EngramTable
 
-DEFAULT_PREFETCH_BYTES = 1 << 30
+DEFAULT_PREFETCH_BYTES = GIB
 
 
 class SsdTable(EngramTable):
@@ -157,7 +158,7 @@ class SsdTable(EngramTable):
     # ---- prefetch ---------------------------------------------------------------------
 
     def prefetch(self, row_ids: torch.Tensor) -> PrefetchHandle:
-        """Start reading ``row_ids``' rows in the background; see :mod:`engram.ssd.prefetch`."""
+        """Start reading ``row_ids``' rows in the background; see :mod:`engram.ssd.read_ahead`."""
         flat = row_ids.reshape(-1).to("cpu", torch.int64)
         self._check_ids(flat)
         handle = PrefetchHandle(
@@ -223,18 +224,32 @@ class SsdTable(EngramTable):
 
     # ---- state --------------------------------------------------------------------------
 
-    def stats(self) -> dict[str, Any]:
-        """Counters of the SSD tier (cache hit ratios, prefetch hits, pages read, errors)."""
-        out: dict[str, Any] = {
-            "pages_requested": self._reader.pages_requested,
+    def stats(self) -> dict[str, float]:
+        """The SSD tier's own counters (always these keys), for ``/metrics``:
+
+        ``ram_cache_hit_ratio`` (hits / lookups of distinct rows in the RAM row cache; 0
+        without one), ``ram_cache_hits``, ``ram_cache_misses``, ``ram_cache_bytes``,
+        ``prefetch_hits`` (rows taken from read-ahead handles), ``prefetch_bytes_held``,
+        ``pages_requested`` (pages asked of the data file) and ``io_errors`` (lookups
+        failed by an I/O error).
+        """
+        out = {
+            "ram_cache_hit_ratio": 0.0,
+            "ram_cache_hits": 0,
+            "ram_cache_misses": 0,
+            "ram_cache_bytes": 0,
             "prefetch_hits": self.prefetch_hits,
             "prefetch_bytes_held": self._held_bytes(),
+            "pages_requested": self._reader.pages_requested,
             "io_errors": self.io_errors,
-            "read_strategy": self._reader.name,
         }
         if self._cache is not None:
             out.update(self._cache.stats())
-        return out
+        return {key: float(value) for key, value in out.items()}
+
+    @property
+    def read_strategy(self) -> str:
+        return self._reader.name
 
     def drop_page_cache(self) -> None:
         """Evict the data file from the page cache (benchmarks, tests)."""

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from engram.hashing import NgramHasher
-from engram.ssd.prefetch import PrefetchHandle
+from engram.ssd.read_ahead import PrefetchHandle
 from sglang_engram import table_registry
 
 logger = logging.getLogger(__name__)

@@ -2,8 +2,9 @@
 
 On first start each layer's table (or this rank's TP shard of it) is converted by
 streaming its rows from the checkpoint's safetensors files (never whole in memory);
-afterwards the converted directory is reused. A directory whose manifest names a
-different source (another checkpoint, or other rows) is refused.
+afterwards it is reused. Whether a directory is reused or converted (again) is decided
+by :func:`engram.ssd.ensure.decide`, the same for the startup check
+(:func:`space_needed`) and for the table open (:func:`ensure_converted`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from engram.errors import EngramConfigError, EngramTableError
+from engram.errors import EngramTableError
 from engram.spec import EngramSpec
-
-MANIFEST = "manifest.json"
 
 
 class ShardRows:
@@ -68,26 +67,10 @@ def _find_tables(checkpoint: str, files: tuple[tuple[str, int, int], ...]) -> di
     return find_tables(Path(checkpoint))
 
 
-def check_same_source(path: Path, source: Any) -> None:
-    """Raise unless the table converted at ``path`` came from ``source``."""
-    from engram.ssd.manifest import TableManifest
-
-    manifest = TableManifest.load(path)
-    if manifest.source != source.identity():
-        raise EngramConfigError(
-            f"{path} holds an Engram table converted from a different checkpoint (its "
-            f"manifest names {_describe(manifest.source)}, this model has "
-            f"{_describe(source.identity())}); delete it or choose another --engram-ssd-dir"
-        )
-
-
 def ensure_converted(path: Path, source: Any) -> Path:
-    """Reuse the table at ``path`` if it is this source's, else convert it there."""
+    """Reuse the table at ``path`` if it holds ``source``'s rows, else convert it there."""
     from engram.ssd.ensure import ensure_table
 
-    if (path / MANIFEST).exists():
-        check_same_source(path, source)
-        return path
     ensure_table(path, source)
     return path
 
@@ -117,33 +100,26 @@ def layer_tables(
     ]
 
 
-def existing_bytes(
+def space_needed(
     ssd_dir: Path, spec: EngramSpec, model_path: str | None, tp_size: int = 1
-) -> int:
-    """Bytes already converted for this model (every TP rank's shards when the tables
-    are sharded); raises for another checkpoint's tables."""
-    from engram.ssd.manifest import TableManifest
+) -> tuple[int, int]:
+    """(bytes still to write, bytes of outdated tables that are removed first) for every
+    table of this model under ``ssd_dir`` (each TP rank's shard when the tables are
+    sharded), in the page-padded on-disk layout, as the table open will decide."""
+    from engram.ssd.ensure import decide
+    from engram.ssd.layout import TableLayout
 
-    total = 0
+    readable = bool(model_path) and any(Path(model_path).glob("*.safetensors"))
+    write = stale = 0
     for index, layer in enumerate(spec.layer_ids):
         for path, rows in layer_tables(ssd_dir, spec, index, tp_size):
-            if not (path / MANIFEST).exists():
+            if not readable:
+                # NOTE: no rows to compare a table with, so none counts as reusable
+                # (serving converts from the checkpoint's files and fails without them).
+                count = spec.num_embeddings[index] if rows is None else rows[1] - rows[0]
+                write += TableLayout(count, spec.head_dim).file_bytes
                 continue
-            manifest = TableManifest.load(path)
-            count = spec.num_embeddings[index] if rows is None else rows[1] - rows[0]
-            if (manifest.num_rows, manifest.head_dim) != (count, spec.head_dim):
-                raise EngramConfigError(
-                    f"{path} holds an Engram table of {manifest.num_rows:,} x "
-                    f"{manifest.head_dim} but this model's layer {layer} needs {count:,} x "
-                    f"{spec.head_dim} there: it is from a different checkpoint or TP size; "
-                    "delete it or choose another --engram-ssd-dir"
-                )
-            if model_path and any(Path(model_path).glob("*.safetensors")):
-                check_same_source(path, checkpoint_source(model_path, layer, rows))
-            total += manifest.data_bytes
-    return total
-
-
-def _describe(identity: dict[str, Any]) -> str:
-    keys = ("file", "weight", "rows", "sample_crc32")
-    return ", ".join(f"{k}={identity[k]}" for k in keys if k in identity) or str(identity)
+            decision = decide(path, checkpoint_source(model_path, layer, rows))
+            write += decision.write_bytes
+            stale += decision.stale_bytes
+    return write, stale

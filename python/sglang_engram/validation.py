@@ -14,14 +14,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from engram.errors import EngramConfigError
+from engram.errors import EngramConfigError, EngramError
 from engram.files import GIB
 from engram.spec import EngramSpec, has_engram
 from sglang_engram.config import EngramServerConfig
 
 logger = logging.getLogger(__name__)
-
-_GIB = 1 << 30
 
 OFF_ON_PREFILL_WARNING = (
     "--engram-offload off on a prefill worker: the Engram tables are not loaded, so "
@@ -159,28 +157,22 @@ def check_ssd_dir(
         ) from exc
     if spec is None:
         return
-    existing = ssd_existing_bytes(path, spec, model_path, tp_size)
-    needed = spec.total_table_bytes - existing
-    free = shutil.disk_usage(path).free
-    if needed > free:
-        raise EngramStartupError(
-            f"--engram-ssd-dir {ssd_dir} has {free / _GIB:.2f} GiB free but the Engram "
-            f"tables need {needed / _GIB:.2f} GiB more ({spec.total_table_bytes:,} bytes "
-            "in all); free space or choose a larger disk"
-        )
-
-
-def ssd_existing_bytes(
-    path: Path, spec: EngramSpec, model_path: str | None, tp_size: int = 1
-) -> int:
-    """Bytes of tables already converted into ``path`` for this checkpoint; raises when
-    the directory holds tables of a different checkpoint."""
-    from sglang_engram.ssd_tables import existing_bytes
+    from sglang_engram.ssd_tables import space_needed
 
     try:
-        return existing_bytes(path, spec, model_path, tp_size)
-    except (EngramConfigError, ValueError) as exc:
+        # NOTE: need and have in the same units: page-padded bytes on disk, for the
+        # tables the table open will (re)convert; outdated ones are removed first.
+        needed, stale = space_needed(path, spec, model_path, tp_size)
+    except EngramError as exc:
         raise EngramStartupError(str(exc)) from exc
+    free = shutil.disk_usage(path).free
+    if needed > free + stale:
+        freed = f" (+{stale / GIB:.2f} GiB of outdated tables it replaces)" if stale else ""
+        raise EngramStartupError(
+            f"--engram-ssd-dir {ssd_dir} has {free / GIB:.2f} GiB free{freed} but the Engram "
+            f"tables need {needed / GIB:.2f} GiB more ({needed:,} bytes on disk); free "
+            "space or choose a larger disk"
+        )
 
 
 def free_gpu_bytes() -> int | None:

@@ -97,6 +97,19 @@ def test_changed_tokenizer_gets_its_own_key(tokenizer_dir):
     assert torch.equal(changed[:-1], base)
 
 
+def test_another_tokenizers_version_gets_its_own_key(tokenizer_dir, monkeypatch):
+    import tokenizers
+
+    tok = _hf_tokenizer(tokenizer_dir)
+    build_token_map(tok)
+    key = tokenizer_fingerprint(tok.backend_tokenizer, len(tok))
+    monkeypatch.setattr(tokenizers, "__version__", f"{tokenizers.__version__}.post1")
+    new_key = tokenizer_fingerprint(tok.backend_tokenizer, len(tok))
+    assert new_key != key and not cache_path(new_key).exists()
+    build_token_map(tok)  # built again and cached under the new key
+    assert cache_path(key).is_file() and cache_path(new_key).is_file()
+
+
 def test_unusable_cache_file_is_rebuilt(tokenizer_dir):
     tok = _hf_tokenizer(tokenizer_dir)
     expected, _ = build_token_map(tok, cache=False)

@@ -15,6 +15,7 @@ from sglang_engram.validation import (
 )
 
 from engram.spec import EngramSpec
+from engram.ssd.layout import TableLayout
 from test.plugin.tiny import engram_fields, tiny_config, write_model_dir
 
 
@@ -58,7 +59,10 @@ def test_ssd_directory_too_small_says_how_much_is_needed(tmp_path):
     config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "ssd"))
     with pytest.raises(EngramStartupError) as exc:
         check_startup(config, model_path=str(model))
-    needed = f"need {spec.total_table_bytes / (1 << 30):.2f} GiB more"
+    # The tables' size on disk: rows in page-aligned blocks, 3.4 % over the rows' bytes.
+    on_disk = TableLayout(spec.num_embeddings[0], head_dim).file_bytes
+    assert on_disk > spec.total_table_bytes * 1.03
+    needed = f"need {on_disk / (1 << 30):.2f} GiB more ({on_disk:,} bytes on disk)"
     assert needed in str(exc.value) and "GiB free" in str(exc.value)
 
 
@@ -140,18 +144,17 @@ def test_ssd_needs_a_local_checkpoint(tmp_path):
         check_startup(config, model_path="deepseek-ai/DeepSeek-V4.1-Flash")
 
 
-def test_ssd_check_counts_every_tp_ranks_shards(sglang_with_plugin, tmp_path):
-    """A restart with --tp 2 finds the shards its ranks converted (so it does not ask
-    for the space again), not tables of another TP size, and refuses shards converted
-    from another checkpoint."""
+def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
+    """The startup check counts, in on-disk bytes, exactly the tables the table open
+    then converts: each TP rank's shard, none that is reused after a restart, every one
+    converted from another checkpoint (which the open converts again)."""
     from sglang_engram.ssd_tables import (
         checkpoint_source,
         ensure_converted,
-        existing_bytes,
         layer_tables,
+        space_needed,
     )
 
-    from engram.errors import EngramConfigError
     from engram.ssd.manifest import TableManifest
     from test.ssd.helpers import write_checkpoint
 
@@ -161,16 +164,37 @@ def test_ssd_check_counts_every_tp_ranks_shards(sglang_with_plugin, tmp_path):
     write_checkpoint(model, config, prefix="")
     write_checkpoint(other, config, prefix="")
     spec = EngramSpec.from_hf_config(fields)
+
+    def on_disk(index, tp_size):
+        return sum(
+            TableLayout(rows[1] - rows[0] if rows else spec.num_embeddings[index], 64).file_bytes
+            for _, rows in layer_tables(ssd, spec, index, tp_size)
+        )
+
+    def open_all(checkpoint, tp_size):
+        for index, layer in enumerate(spec.layer_ids):
+            for path, rows in layer_tables(ssd, spec, index, tp_size):
+                ensure_converted(path, checkpoint_source(checkpoint, layer, rows))
+
+    assert space_needed(ssd, spec, str(model), 2) == (on_disk(0, 2) + on_disk(1, 2), 0)
     shards = layer_tables(ssd, spec, 0, 2)  # layer 1, as its two ranks convert it
     for path, rows in shards:
         ensure_converted(path, checkpoint_source(model, 1, rows))
-    converted = sum(TableManifest.load(path).data_bytes for path, _ in shards)
-    assert converted > 0
-    assert existing_bytes(ssd, spec, str(model), tp_size=2) == converted
-    assert existing_bytes(ssd, spec, str(model), tp_size=1) == 0
-    with pytest.raises(EngramConfigError, match="different checkpoint"):
-        existing_bytes(ssd, spec, str(other), tp_size=2)
+    assert space_needed(ssd, spec, str(model), 2) == (on_disk(1, 2), 0)
+    assert space_needed(ssd, spec, str(model), 1) == (on_disk(0, 1) + on_disk(1, 1), 0)
+    open_all(model, 2)
+    paths = [path for i in (0, 1) for path, _ in layer_tables(ssd, spec, i, 2)]
+    assert space_needed(ssd, spec, str(model), 2) == (0, 0)  # a restart reuses them all
     server = EngramServerConfig(offload="ssd", ssd_dir=str(ssd))
     check_startup(server, model_path=str(model), tp_size=2)
-    with pytest.raises(EngramStartupError, match="different checkpoint"):
-        check_startup(server, model_path=str(other), tp_size=2)
+
+    converted = sum(TableManifest.load(path).data_bytes for path in paths)
+    write, stale = space_needed(ssd, spec, str(other), 2)
+    assert write == on_disk(0, 2) + on_disk(1, 2) and stale >= converted
+    check_startup(server, model_path=str(other), tp_size=2)  # room: the old ones go first
+    open_all(other, 2)
+    for index, layer in enumerate(spec.layer_ids):  # they now hold the other rows
+        for path, rows in layer_tables(ssd, spec, index, 2):
+            source = checkpoint_source(other, layer, rows).identity()
+            assert TableManifest.load(path).source == source
+    assert space_needed(ssd, spec, str(other), 2) == (0, 0)

@@ -42,6 +42,29 @@ def test_ram_cache_counts_hits_and_misses(tmp_path: Path) -> None:
     table.close()
 
 
+SSD_STATS = {
+    "ram_cache_hit_ratio", "ram_cache_hits", "ram_cache_misses", "ram_cache_bytes",
+    "prefetch_hits", "prefetch_bytes_held", "pages_requested", "io_errors",
+}  # fmt: skip
+
+
+def test_stats_are_numbers_under_the_same_keys_with_or_without_a_ram_cache(
+    tmp_path: Path,
+) -> None:
+    """What ``/metrics`` exports: every key always there, every value a float."""
+    weight, scale = random_table(ROWS, DIM)
+    for ram in (0, 1 << 20):
+        with create_table("ssd", weight, scale, path=tmp_path / "t", ram_cache_bytes=ram) as t:
+            ids = _distinct(300)
+            t.lookup(ids)
+            t.lookup(ids)
+            stats = t.stats()
+            assert set(stats) == SSD_STATS
+            assert all(isinstance(v, float) for v in stats.values())
+            assert stats["ram_cache_hits"] == (300.0 if ram else 0.0)
+            assert stats["io_errors"] == 0.0
+
+
 def test_ram_cache_stays_within_its_bound(tmp_path: Path) -> None:
     weight, scale = random_table(ROWS, DIM)
     dram = create_table("dram", weight, scale)

@@ -1,5 +1,5 @@
 """``python -m engram.convert``: bit-identical round trip, checksums, crash + resume,
-foreign tables, disk space."""
+tables of other rows converted again, disk space."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import shlex
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from engram.errors import EngramTableError
 from engram.model.builder import BuildOptions, build_tiny_model
 from engram.ssd.converter import convert_checkpoint
+from engram.ssd.layout import TableLayout
 from engram.tables import create_table
 from test.ssd.helpers import REPO, random_table, run_convert, tiny_spec_config, write_checkpoint
 
@@ -100,15 +100,17 @@ def test_crash_in_the_middle_then_resume(tmp_path: Path) -> None:
         [sys.executable, "-c", crash, *args], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert crashed.returncode == -signal.SIGXFSZ, crashed.stderr
-    partial = tmp_path / "ssd.partial"
-    progress = json.loads((partial / "layer1" / "progress.json").read_text())
+    partial = tmp_path / "ssd" / "layer1.partial"
+    progress = json.loads((partial / "progress.json").read_text())
     assert 0 < len(progress["chunk_crc32"]) < 12
-    assert not (tmp_path / "ssd").exists()
+    assert sorted(os.listdir(tmp_path / "ssd")) == [".layer1.lock", "layer1.partial"]
 
     resumed = run_convert(*args)
     assert resumed.returncode == 0, resumed.stderr
-    assert "resuming the conversion" in resumed.stdout
-    assert not partial.exists()
+    written = len(progress["chunk_crc32"]) * (256 << 10) // 4096 * 4096
+    assert f"layer1: half written ({written:,} bytes), resuming" in resumed.stdout
+    assert "layer3: not converted yet" in resumed.stdout
+    assert sorted(os.listdir(tmp_path / "ssd")) == ["layer1", "layer3", "manifest.json"]
     for layer, (weight, scale) in tables.items():
         ids = torch.randint(0, weight.shape[0], (2000,))
         dram = create_table("dram", weight, scale, device="cpu")
@@ -118,83 +120,94 @@ def test_crash_in_the_middle_then_resume(tmp_path: Path) -> None:
             assert torch.equal(t.lookup(ids), dram.lookup(ids))
 
 
-def test_refuses_a_table_from_another_checkpoint(tmp_path: Path) -> None:
+def test_tables_of_other_rows_are_converted_again(tmp_path: Path) -> None:
     config = tiny_spec_config()
-    write_checkpoint(tmp_path / "a", config)
-    write_checkpoint(tmp_path / "b", config)  # same shapes, other rows
+    a_tables = write_checkpoint(tmp_path / "a", config)
+    b_tables = write_checkpoint(tmp_path / "b", config)  # same shapes, other rows
     logged: list[str] = []
     convert_checkpoint(tmp_path / "a", tmp_path / "ssd", log=logged.append, show_progress=False)
-    before = (tmp_path / "ssd" / "manifest.json").read_text()
+    data = tmp_path / "ssd" / "layer1" / "rows.bin"
+    stamp = (data.stat().st_ino, data.stat().st_mtime_ns)
     convert_checkpoint(tmp_path / "a", tmp_path / "ssd", log=logged.append)
     assert "already converted" in logged[-1]
-    with pytest.raises(
-        EngramTableError,
-        match="different checkpoint .Engram tables differ for layers 1, 3.; refusing to overwrite",
-    ):
-        convert_checkpoint(tmp_path / "b", tmp_path / "ssd", log=logged.append)
-    assert (tmp_path / "ssd" / "manifest.json").read_text() == before
-    # A half-finished conversion of another checkpoint is not taken over either.
-    shutil.copytree(tmp_path / "ssd", tmp_path / "other.partial")
-    (tmp_path / "other.partial" / "source.json").write_text("{}")
-    with pytest.raises(EngramTableError, match="half-finished conversion of another checkpoint"):
-        convert_checkpoint(tmp_path / "b", tmp_path / "other", log=logged.append)
+    assert (data.stat().st_ino, data.stat().st_mtime_ns) == stamp  # reused, not rewritten
+    logged.clear()
+    convert_checkpoint(tmp_path / "b", tmp_path / "ssd", log=logged.append, show_progress=False)
+    assert any(line.startswith("layer1: it was converted from other rows") for line in logged)
+    for layer, (weight, scale) in b_tables.items():
+        ids = torch.randint(0, weight.shape[0], (400,))
+        dram = create_table("dram", weight, scale, device="cpu")
+        assert torch.equal(_lookup_all(tmp_path / "ssd", layer, 64, ids), dram.lookup(ids))
+    # A half-written table of other rows is started over, not resumed.
+    shutil.copytree(tmp_path / "ssd" / "layer1", tmp_path / "o" / "layer1.partial")
+    (tmp_path / "o" / "layer1.partial" / "manifest.json").unlink()
+    (tmp_path / "o" / "layer1.partial" / "progress.json").write_text(
+        json.dumps({"source": {}, "layout": [1, 64, 1], "chunk_crc32": [1, 2]})
+    )
+    logged.clear()
+    convert_checkpoint(tmp_path / "a", tmp_path / "o", log=logged.append, show_progress=False)
+    assert "layer1: not converted yet" in logged
+    weight, scale = a_tables[1]
+    ids = torch.randint(0, weight.shape[0], (400,))
+    with create_table("ssd", None, None, path=tmp_path / "o", layer=1, verify="full") as t:
+        assert torch.equal(t.lookup(ids), create_table("dram", weight, scale).lookup(ids))
 
 
-def test_out_of_space_is_refused_before_writing(tmp_path: Path) -> None:
-    free = shutil.disk_usage(tmp_path).free
-    rows, dim = (free + (8 << 30)) // 256 + 1, 256  # a table 8 GiB larger than the free space
-    header = {
-        "layers.1.engram.embed.weight": {
-            "dtype": "F8_E4M3",
-            "shape": [rows, dim],
-            "data_offsets": [0, rows * dim],
-        },
-        "layers.1.engram.embed.scale": {
-            "dtype": "F8_E8M0",
-            "shape": [rows, dim // 32],
-            "data_offsets": [rows * dim, rows * (dim + 8)],
-        },
-    }
-    raw = json.dumps(header).encode()
-    (tmp_path / "ckpt").mkdir()
-    path = tmp_path / "ckpt" / "model.safetensors"
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        f.truncate(8 + len(raw) + rows * (dim + 8))  # sparse: takes no space
-    with pytest.raises(
-        EngramTableError, match=r"not enough disk space .*: needs [\d.]+ GiB, [\d.]+ GiB free"
-    ):
-        convert_checkpoint(tmp_path / "ckpt", tmp_path / "ssd", log=lambda _: None)
-    assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # nothing written
-
-
-def test_disk_filling_up_mid_write_fails_cleanly(tmp_path: Path) -> None:
+def _in_small_tmpfs(tmp_path: Path, command: list[str], then: str) -> subprocess.CompletedProcess:
+    """Run ``command``, then the shell line ``then``, with ``tmp_path/small`` a 2 MiB
+    tmpfs of a private mount namespace (skip the test where that cannot be mounted)."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) to mount a private tmpfs")
-    config = tiny_spec_config(vocab=6000)
-    write_checkpoint(tmp_path / "ckpt", config)
     small = tmp_path / "small"
     small.mkdir()
-    # A 2 MiB tmpfs in a private mount namespace: the converter really gets ENOSPC.
-    script = (
-        f"mount -t tmpfs -o size=2m tmpfs {small} || exit 77; "
-        f"{shlex.join(convert_command(tmp_path / 'ckpt', small / 'ssd'))}; echo rc=$?; "
-        f"cat {small}/ssd.partial/layer1/progress.json"
-    )
+    script = f"mount -t tmpfs -o size=2m tmpfs {small} || exit 77; {shlex.join(command)}; "
+    script += f"echo rc=$?; {then}"
     run = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        ["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     if run.returncode == 77 or "rc=" not in run.stdout:
         pytest.skip(f"cannot mount a private tmpfs here: {run.stderr.strip()}")
+    return run
+
+
+def test_out_of_space_is_refused_before_writing(tmp_path: Path) -> None:
+    config = tiny_spec_config(vocab=6000)  # ~3 MiB of rows per layer
+    write_checkpoint(tmp_path / "ckpt", config)
+    needed = sum(TableLayout(rows, 64).file_bytes for rows in config["engram_num_embeddings"])
+    out = tmp_path / "small" / "ssd"
+    command = [*convert_command(tmp_path / "ckpt", out)[:-2], "--quiet"]  # space checked
+    run = _in_small_tmpfs(tmp_path, command, f"ls -A {out}")
+    assert "rc=1" in run.stdout
+    line = f"not enough disk space for the SSD tables: needs 0.01 GiB ({needed:,} bytes)"
+    assert line in run.stderr  # the page-padded size of both tables
+    assert run.stdout.split("rc=1", 1)[1].split() == []  # nothing written
+
+
+def test_disk_filling_up_mid_write_fails_cleanly(tmp_path: Path) -> None:
+    config = tiny_spec_config(vocab=6000)
+    write_checkpoint(tmp_path / "ckpt", config)
+    out = tmp_path / "small" / "ssd"
+    # The free-space check skipped: the converter really gets ENOSPC.
+    command = convert_command(tmp_path / "ckpt", out)
+    run = _in_small_tmpfs(tmp_path, command, f"cat {out}/layer1.partial/progress.json")
     assert "rc=1" in run.stdout
     assert "the disk filled while writing" in run.stderr and "No space left on device" in run.stderr
     assert "run again to resume" in run.stderr
     kept = json.loads(run.stdout.split("rc=1", 1)[1])
     assert len(kept["chunk_crc32"]) >= 1  # finished chunks are kept for the resume
+
+
+def test_a_missing_checkpoint_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-checkpoint"
+    result = run_convert("--checkpoint", str(missing), "--out", str(tmp_path / "ssd"))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"engram.convert: error: checkpoint directory {missing} does not exist\n"
+    )
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EngramTableError, match="no \\*.safetensors files in checkpoint"):
+        convert_checkpoint(tmp_path / "empty", tmp_path / "ssd")
+    assert not (tmp_path / "ssd").exists()
 
 
 def test_tables_that_disagree_with_the_spec_are_named(tmp_path: Path) -> None:

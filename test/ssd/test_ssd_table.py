@@ -1,4 +1,4 @@
-"""The ``ssd`` placement: bit-identical lookups, writing/reusing/refusing table files,
+"""The ``ssd`` placement: bit-identical lookups, writing/reusing/rewriting table files,
 bad files named, a file changing under a live table."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_lookups_match_hbm_and_dram(
     ssd.close()
 
 
-def test_write_once_then_reuse_open_or_refuse(
+def test_write_once_then_reuse_open_or_convert_again(
     tmp_path: Path, table_rows: tuple[torch.Tensor, torch.Tensor]
 ) -> None:
     weight, scale = table_rows
@@ -72,11 +72,13 @@ def test_write_once_then_reuse_open_or_refuse(
     ids = torch.randint(0, ROWS, (500,))
     with create_table("ssd", None, None, path=path, head_dim=DIM) as opened:
         assert torch.equal(opened.lookup(ids), create_table("dram", weight, scale).lookup(ids))
+    # Other rows (same shape, then another shape) replace the table.
     other_weight, other_scale = random_table(ROWS, DIM)
-    with pytest.raises(EngramTableError, match=f"SSD table {path} holds different rows"):
-        create_table("ssd", other_weight, other_scale, path=path, head_dim=DIM)
-    with pytest.raises(EngramTableError, match="has 20,000 rows of width 256 but the given"):
-        create_table("ssd", weight[:100], scale[:100], path=path)
+    for w, s in ((other_weight, other_scale), (weight[:100], scale[:100])):
+        with create_table("ssd", w, s, path=path) as table:
+            some = torch.randint(0, w.shape[0], (300,))
+            assert torch.equal(table.lookup(some), create_table("dram", w, s).lookup(some))
+        assert sorted(os.listdir(tmp_path)) == ["t"]
 
 
 def test_bad_directories_and_spec_mismatches_are_named(

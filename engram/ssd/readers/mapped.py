@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engram.files import MIB
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import PAGE_BYTES, TableLayout
 from engram.ssd.readers.base import RowReader, block_runs, expand_runs, row_window, split_runs
@@ -35,7 +36,7 @@ from engram.ssd.sysmem import (
     supports,
 )
 
-WINDOW_BYTES = 1 << 20
+WINDOW_BYTES = MIB
 DENSE_FRACTION = 0.4  # a window needing this share of its blocks is read whole
 # NOTE: the kernel silently shortens one MADV_WILLNEED to its readahead limit (often
 # 128 KiB), and POPULATE_READ would then read the rest one page at a time; so every
