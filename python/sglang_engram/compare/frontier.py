@@ -59,3 +59,13 @@ def dominated_share(a: Sequence[Point], b: Sequence[Point], axis: str) -> float 
     if not a:
         return None
     return sum(any(beats(q, p, axis) for q in b) for p in a) / len(a)
+
+
+def curve(front: Sequence[Point], axis: str, n: int = 120) -> tuple[list[float], list[float]]:
+    """The interpolated frontier sampled at ``n`` interactivities (for charts)."""
+    if len(front) < 2:
+        return [p.interactivity for p in front], [getattr(p, axis) for p in front]
+    lo, hi = front[0].interactivity, front[-1].interactivity
+    xs = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+    pairs = [(x, value_at(front, x, axis)) for x in xs]
+    return [x for x, y in pairs if y is not None], [y for _, y in pairs if y is not None]

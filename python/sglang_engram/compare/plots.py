@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sglang_engram.compare.frontier import Point, curve
+
 AXES = {
     "tput_per_gpu": ("Throughput per GPU (tok/s/GPU)", 1.0),
     "tokens_per_dollar": ("Tokens per dollar (millions of tokens / $)", 1e-6),
@@ -33,16 +35,13 @@ def plot(summary: dict[str, Any], axis: str, path: Path, title: str) -> Path:
                 str(p["max_concurrency"]), (x, y), textcoords="offset points", xytext=(4, 4),
                 fontsize=7, color=colour,
             )  # fmt: skip
-        front = group["frontier"]
-        ax.plot(
-            [p["interactivity"] for p in front], [p[axis] * scale for p in front],
-            color=colour, linewidth=1.6,
-        )  # fmt: skip
+        fx, fy = curve([Point(**p) for p in group["frontier"]], axis)
+        ax.plot(fx, [y * scale for y in fy], color=colour, linewidth=1.6)
     for x in summary["at"]:
         ax.axvline(x, color="grey", linestyle="--", linewidth=0.8)
         ax.annotate(
-            f"{x:g} tok/s/user", (x, 1), xycoords=("data", "axes fraction"),
-            xytext=(3, -12), textcoords="offset points", fontsize=8, color="grey",
+            f"{x:g} tok/s/user", (x, 1), xycoords=("data", "axes fraction"), xytext=(-10, -6),
+            textcoords="offset points", fontsize=8, color="grey", rotation=90, va="top",
         )  # fmt: skip
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel(label)
@@ -51,7 +50,7 @@ def plot(summary: dict[str, Any], axis: str, path: Path, title: str) -> Path:
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="best")
-    fig.text(0.01, 0.01, "labels: max concurrency; lines: Pareto frontier", fontsize=7)
+    fig.text(0.01, 0.01, "labels: max concurrency; lines: Pareto frontier (PCHIP)", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
