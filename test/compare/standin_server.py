@@ -5,8 +5,9 @@ instead. It speaks what ``python -m sglang.benchmark.serving`` and the sweep use
 ``/health``, ``/v1/models``, ``/model_info``, ``/server_info``, streaming ``/generate``
 (the native backend: cumulative text with ``meta_info.completion_tokens``) and streaming
 ``/v1/chat/completions`` (multi-turn), each token paced by a configured time to first
-token and inter-token delay, on a schedule fixed at the request's arrival so the
-delays do not drift. ``/metrics`` serves ``sglang:engram_*`` counters that advance per
+token and inter-token delay (plus, optionally, a delay per request in flight, so that
+concurrency trades speed per user for throughput), each token due at a fixed time after
+the one before so the delays do not drift. ``/metrics`` serves ``sglang:engram_*`` counters that advance per
 generated token: ``ROWS_PER_TOKEN`` rows requested, half of them unique, each unique
 row read from the placement's tier except a quarter served by the "hbm" hot cache.
 
@@ -43,6 +44,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--ttft-ms", type=float, default=20.0)
     p.add_argument("--itl-ms", type=float, default=10.0)
+    p.add_argument(
+        "--itl-per-active-ms", type=float, default=0.0, help="added per request in flight"
+    )
     p.add_argument("--die-after", type=int, default=0, help="requests served before dying")
     args, _ = p.parse_known_args()
     return args
@@ -50,7 +54,7 @@ def _parse() -> argparse.Namespace:
 
 ARGS = _parse()
 LOCK = threading.Lock()
-STATE = {"requests": 0, "rows": 0.0}
+STATE = {"requests": 0, "rows": 0.0, "active": 0}
 
 
 def _count_request() -> None:
@@ -64,6 +68,12 @@ def _count_request() -> None:
 def _count_token() -> None:
     with LOCK:
         STATE["rows"] += ROWS_PER_TOKEN
+
+
+def _active(delta: int) -> int:
+    with LOCK:
+        STATE["active"] += delta
+        return STATE["active"]
 
 
 def _metrics() -> str:
@@ -138,9 +148,23 @@ class Api(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
+        _active(1)
+        try:
+            self._tokens(start, prompt_len, budget, chat)
+        finally:
+            _active(-1)
+        if chat:
+            usage = {"prompt_tokens": prompt_len, "completion_tokens": budget}
+            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+    def _tokens(self, start: float, prompt_len: int, budget: int, chat: bool) -> None:
         text = ""
+        due = start + ARGS.ttft_ms / 1000
         for k in range(1, budget + 1):
-            due = start + (ARGS.ttft_ms + (k - 1) * ARGS.itl_ms) / 1000
+            if k > 1:
+                due += (ARGS.itl_ms + ARGS.itl_per_active_ms * _active(0)) / 1000
             time.sleep(max(0.0, due - time.monotonic()))
             word = f"w{k} "
             text += word
@@ -152,11 +176,6 @@ class Api(BaseHTTPRequestHandler):
                 chunk = {"text": text, "meta_info": meta}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
-        if chat:
-            usage = {"prompt_tokens": prompt_len, "completion_tokens": budget}
-            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
 
 
 class Server(ThreadingHTTPServer):
