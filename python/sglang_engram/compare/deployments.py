@@ -146,7 +146,8 @@ class ClusterDeployment(Deployment):
     def stop(self) -> None:
         if self.proc is None:
             return
-        if not _stop_group(self.proc, signal.SIGINT, 180):
+        # NOTE: SIGINT to `up` alone: it tears down its workers and Ray in order.
+        if not _stop_group(self.proc, signal.SIGINT, 180, leader_only=True):
             # NOTE: the backstop for an `up` that did not stop its workers in time.
             subprocess.run([*CLUSTER, "down", "--name", self.name], timeout=300, check=False)
         self.proc = None
@@ -185,10 +186,16 @@ def _plan(spec_file: Path, name: str) -> dict:
     return json.loads(out.stdout)
 
 
-def _stop_group(proc: subprocess.Popen[bytes], sig: int, timeout_s: float) -> bool:
-    """Signal the process group, wait, then SIGKILL it; True if it stopped on ``sig``."""
+def _stop_group(
+    proc: subprocess.Popen[bytes], sig: int, timeout_s: float, *, leader_only: bool = False
+) -> bool:
+    """Signal the process group (or its leader), wait, then SIGKILL the group; True if
+    it stopped on ``sig``."""
     try:
-        os.killpg(proc.pid, sig)
+        if leader_only:
+            proc.send_signal(sig)
+        else:
+            os.killpg(proc.pid, sig)
     except ProcessLookupError:
         proc.wait()
         return True

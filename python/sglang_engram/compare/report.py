@@ -96,7 +96,7 @@ def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> 
         "dominance": dominance,
         "dominance_axes": ["interactivity", DOMINANCE_AXIS],
         "costs": {
-            "usd_per_gpu_hour": {s: costs.usd_per_gpu_hour[s] for s in _skus(groups)},
+            "usd_per_gpu_hour": {s: costs.usd_per_gpu_hour.get(s) for s in _skus(groups)},
             "usd_per_dram_gib_hour": costs.usd_per_dram_gib_hour,
             "source": costs.source,
             "date": costs.date,

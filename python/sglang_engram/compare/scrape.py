@@ -63,7 +63,10 @@ def point_counters(
     before: dict[str, Any], after: dict[str, Any], output_tokens: float, placement: str
 ) -> dict[str, Any]:
     """What one point did: rows per output token, unique-row ratio, bytes per tier and
-    the hot-cache hit ratio over the point (``None`` where there is nothing to divide)."""
+    the hot-cache hit ratio over the point (``None`` where there is nothing to divide).
+
+    NOTE: the scrapes bracket the whole benchmark run, so its warm-up requests count
+    too (2 x C short requests next to 10 x C measured ones by default)."""
     rows = after["rows_requested"] - before["rows_requested"]
     unique = after["unique_rows"] - before["unique_rows"]
     tiers = set(before["bytes_read"]) | set(after["bytes_read"])

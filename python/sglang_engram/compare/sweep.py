@@ -41,6 +41,8 @@ from sglang_engram.compare.spec import ConfigSpec, SweepSpec
 from sglang_engram.compare.workloads import BENCH_MODULE, bench_args, expected_requests
 
 Say = Callable[[str], None]
+# Kept in the raw output only: the server's own report and the per-request details.
+RAW_ONLY = {"server_info", "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"}
 
 
 class SweepError(RuntimeError):
@@ -177,12 +179,13 @@ def run_point(
     elif summary is None:
         error = "benchmark wrote no result"
     elif summary.get("completed", 0) < expected:
+        first = next((e for e in summary.get("errors", []) if e), "")
         error = f"completed {summary.get('completed', 0)} of {expected} requests"
+        error += f"; first error: {first.strip().splitlines()[-1][:200]}" if first else ""
     dead = deployment.dead()
     if error and dead:
         error = f"server died ({dead}); {error}"
-    row: dict[str, Any] = dict(summary or {})
-    row.pop("server_info", None)
+    row = {k: v for k, v in (summary or {}).items() if k not in RAW_ONLY}
     row.update(
         sweep=spec.name,
         config=cfg.name,

@@ -27,6 +27,7 @@ def bench_args(spec: SweepSpec, base_url: str, concurrency: int, output_file: st
         "--warmup-requests", str(spec.warmup_requests(concurrency)),
         "--seed", str(spec.seed),
         "--output-file", output_file,
+        "--output-details",
         "--disable-tqdm",
     ]  # fmt: skip
     work = spec.workload
