@@ -53,7 +53,8 @@ def results(tmp_path: Path) -> list[Path]:
 
 def test_report_numbers(tmp_path: Path, results: list[Path]) -> None:
     out = tmp_path / "report"
-    assert main(["report", *map(str, results), "--out", str(out), "--at", "125", "100", "250"]) == 0
+    argv = ["report", *map(str, results), "--out", str(out), "--at", "125", "100", "250"]
+    assert main([*argv, "--note", "hand-made rows"]) == 0
     s = json.loads((out / "summary.json").read_text())
     dram, ssd, mi = (s["groups"][g] for g in ("H200/dram", "H200/ssd", "MI355X/dram"))
     assert (dram["points"], dram["failed"], ssd["points"], mi["points"]) == (4, 1, 3, 1)
@@ -94,6 +95,7 @@ def test_report_numbers(tmp_path: Path, results: list[Path]) -> None:
 
     md = (out / "report.md").read_text()
     assert "| H200/dram | dram | 1 | 4 | 1 |" in md and "![tput_per_gpu]" in md
+    assert "**hand-made rows**" in md and s["note"] == "hand-made rows"
     for png in ("tput_per_gpu.png", "tokens_per_dollar.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000

@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("results", nargs="+", type=Path, help="results.jsonl files")
     report.add_argument("--out", required=True, type=Path, help="report directory")
     report.add_argument("--costs", type=Path, help="YAML overriding the shipped $/GPU-hour")
+    report.add_argument("--note", help="a line printed on the charts and in report.md")
     report.add_argument(
         "--at",
         type=float,
@@ -82,7 +83,7 @@ def _report(args: argparse.Namespace) -> int:
         for path in args.results:
             if not path.is_file():
                 raise ValueError(f"{path}: no such results file")
-        summary = write_report(args.results, args.out, costs, args.at)
+        summary = write_report(args.results, args.out, costs, args.at, note=args.note)
     except (CostError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -45,7 +45,8 @@ def plot(summary: dict[str, Any], axis: str, path: Path, title: str) -> Path:
         )  # fmt: skip
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel(label)
-    ax.set_title(title, fontsize=11)
+    note = summary.get("note")
+    ax.set_title(f"{title}\n{note}" if note else title, fontsize=11)
     ax.grid(True, alpha=0.3)
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)

@@ -106,7 +106,7 @@ def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> 
 
 
 def write_report(
-    results: list[str | Path], out: Path, costs: Costs, at: list[float]
+    results: list[str | Path], out: Path, costs: Costs, at: list[float], note: str | None = None
 ) -> dict[str, Any]:
     rows = [row for path in results for row in read_results(path)]
     if not rows:
@@ -116,6 +116,7 @@ def write_report(
             costs.gpu_hour(row["sku"])  # NOTE: an unknown SKU fails before anything is written
     summary = build_summary(rows, costs, at)
     summary["inputs"] = [str(p) for p in results]
+    summary["note"] = note
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "summary.json", json.dumps(summary, indent=2))
     plots = {
@@ -133,6 +134,7 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, Path]) -> str:
     lines = [
         "# Comparison report",
         "",
+        *([f"**{summary['note']}**", ""] if summary.get("note") else []),
         f"Inputs: {', '.join(summary.get('inputs', []))}",
         "",
         "Interactivity = 1000 / P90 TPOT (tok/s/user); tput/GPU = total tok/s / every GPU "
