@@ -1,7 +1,7 @@
 """What a point ran on: the GPU (SKU, vendor), the software and the host.
 
-The SKU is read from the local GPU's name (``torch.cuda.get_device_name``, else
-``nvidia-smi`` / ``rocm-smi``) and matched against :data:`SKUS`; a spec's or config's
+The SKU is read from the local GPU's name (``nvidia-smi`` / ``rocm-smi``, else
+``torch.cuda.get_device_name``) and matched against :data:`SKUS`; a spec's or config's
 ``sku`` overrides it (a url config runs on someone else's machine).
 """
 
@@ -55,13 +55,8 @@ def vendor_of(sku: str) -> str:
 
 @functools.cache
 def local_gpu_name() -> str | None:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
+    # NOTE: the vendor tools first: asking torch creates a CUDA context in the sweep
+    # process, which would sit on the GPU next to the servers it measures.
     for cmd in (
         ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
         ["rocm-smi", "--showproductname"],
@@ -69,6 +64,13 @@ def local_gpu_name() -> str | None:
         out = _run(cmd)
         if out:
             return out.splitlines()[0] if cmd[0] == "nvidia-smi" else out
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
     return None
 
 
