@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.files import GIB
+from sglang_engram import rocm_checks
 from sglang_engram.compat import PINNED_SGLANG_VERSION, installed_sglang_version
 
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -137,8 +138,9 @@ def collect(apply_hooks: bool = True) -> dict[str, Any]:
         "gpu": gpu_report(),
         "host_memory": host_memory_report(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "host_tables": rocm_checks.collect(),
     }
-    report["advice"] = advice(report)
+    report["advice"] = advice(report) + report["host_tables"]["advice"]
     return report
 
 
@@ -180,5 +182,6 @@ def render(report: dict[str, Any]) -> str:
         f"{host['hugepage_size_kib']} KiB; THP {host['transparent_hugepages']}; "
         f"/dev/shm {host.get('dev_shm_gib', '?')} GiB"
     )
+    lines += rocm_checks.render(report["host_tables"])
     lines += [f"advice: {note}" for note in report["advice"]] or ["advice: none"]
     return "\n".join(lines)

@@ -1,0 +1,87 @@
+"""Engram counters from each server's ``/metrics``, before and after a point.
+
+A deployment may have several servers (prefill and decode workers): their samples are
+summed. The counters come from ``sglang_engram.metrics`` (``sglang:engram_*``); a server
+without them (Engram off, or metrics not enabled) contributes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+PREFIX = "sglang:engram_"
+ROWS = f"{PREFIX}rows_requested_total"
+UNIQUE = f"{PREFIX}unique_rows_total"
+BYTES = f"{PREFIX}bytes_read_total"
+TABLE_BYTES = f"{PREFIX}table_bytes"
+HIT_RATIO = f"{PREFIX}hot_cache_hit_ratio"
+HOT_TIER = "hbm"  # a dram/ssd table reports what its HBM hot cache served under "hbm"
+
+
+def scrape(urls: Iterable[str], timeout_s: float = 10.0) -> dict[str, Any]:
+    """Summed Engram samples: ``{"rows_requested", "unique_rows", "bytes_read": {tier},
+    "table_bytes": {tier}, "hot_cache_hit_ratio", "errors": [...]}``."""
+    out: dict[str, Any] = {
+        "rows_requested": 0.0,
+        "unique_rows": 0.0,
+        "bytes_read": {},
+        "table_bytes": {},
+        "hot_cache_hit_ratio": None,
+        "errors": [],
+    }
+    for url in urls:
+        try:
+            resp = requests.get(url.rstrip("/") + "/metrics", timeout=timeout_s)
+            resp.raise_for_status()
+        except requests.RequestException as exc:
+            out["errors"].append(f"{url}/metrics: {type(exc).__name__}")
+            continue
+        for family in text_string_to_metric_families(resp.text):
+            for sample in family.samples:
+                _fold(out, sample.name, sample.labels, sample.value)
+    return out
+
+
+def _fold(out: dict[str, Any], name: str, labels: dict[str, str], value: float) -> None:
+    if name == ROWS:
+        out["rows_requested"] += value
+    elif name == UNIQUE:
+        out["unique_rows"] += value
+    elif name in (BYTES, TABLE_BYTES):
+        key = "bytes_read" if name == BYTES else "table_bytes"
+        tier = labels.get("tier", "?")
+        out[key][tier] = out[key].get(tier, 0.0) + value
+    elif name == HIT_RATIO:
+        out["hot_cache_hit_ratio"] = max(value, out["hot_cache_hit_ratio"] or 0.0)
+
+
+def point_counters(
+    before: dict[str, Any], after: dict[str, Any], output_tokens: float, placement: str
+) -> dict[str, Any]:
+    """What one point did: rows per output token, unique-row ratio, bytes per tier and
+    the hot-cache hit ratio over the point (``None`` where there is nothing to divide).
+
+    NOTE: the scrapes bracket the whole benchmark run, so its warm-up requests count
+    too (2 x C short requests next to 10 x C measured ones by default)."""
+    rows = after["rows_requested"] - before["rows_requested"]
+    unique = after["unique_rows"] - before["unique_rows"]
+    tiers = set(before["bytes_read"]) | set(after["bytes_read"])
+    read = {t: after["bytes_read"].get(t, 0.0) - before["bytes_read"].get(t, 0.0) for t in tiers}
+    total = sum(read.values())
+    hot = None
+    # NOTE: with hbm tables every byte is "hbm" without any cache in front: no ratio.
+    if any(p in placement for p in ("dram", "ssd")) and total > 0:
+        hot = read.get(HOT_TIER, 0.0) / total
+    return {
+        "rows_per_output_token": rows / output_tokens if output_tokens else None,
+        "unique_row_ratio": unique / rows if rows else None,
+        "bytes_read": read,
+        "hot_cache_hit_ratio": hot,
+        "table_bytes": after["table_bytes"],
+        "before": before,
+        "after": after,
+    }

@@ -1,0 +1,194 @@
+"""The sweep spec (YAML): what to deploy, which workload, which concurrencies.
+
+    name: placements-tiny
+    model: /models/engram-tiny
+    workload: {fixed: {input_len: 1024, output_len: 256}}
+    concurrency: [1, 2, 4, 8]
+    configs:
+      - {name: dram, launch: {tp_size: 1, engram_offload: dram}}
+      - {name: pd, cluster: pd-cluster.yaml}
+      - {name: remote, url: "http://10.0.0.5:30000", num_gpus: 8, sku: H200, placement: dram}
+
+Every mistake is one :class:`SweepSpecError` line naming the key at fault.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class SweepSpecError(ValueError):
+    """A sweep spec that cannot be used; the message names the key at fault."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FixedWorkload(_Strict):
+    """Random token ids; each length drawn from [range_ratio * L, L] (InferenceX)."""
+
+    input_len: int = Field(gt=0)
+    output_len: int = Field(gt=1)
+    range_ratio: float = Field(0.8, ge=0.0, le=1.0)
+
+
+class MultiTurnWorkload(_Strict):
+    """Agentic-style sessions: a shared system prefix, then one question per turn, the
+    conversation so far resent each turn (SGLang's generated-shared-prefix with turns)."""
+
+    system_prompt_len: int = Field(gt=0)
+    question_len: int = Field(gt=0)
+    output_len: int = Field(gt=1)
+    turns: int = Field(2, ge=2)
+    sessions_per_prefix: int = Field(4, gt=0)
+    range_ratio: float = Field(0.8, ge=0.0, le=1.0)
+
+
+class Workload(_Strict):
+    fixed: FixedWorkload | None = None
+    multi_turn: MultiTurnWorkload | None = Field(None, alias="multi-turn")
+
+    @model_validator(mode="after")
+    def _one(self) -> Workload:
+        if (self.fixed is None) == (self.multi_turn is None):
+            raise ValueError("give exactly one of 'fixed' or 'multi-turn'")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "fixed" if self.fixed is not None else "multi-turn"
+
+    def describe(self) -> dict[str, Any]:
+        body = self.fixed if self.fixed is not None else self.multi_turn
+        assert body is not None
+        return {"kind": self.kind, **body.model_dump()}
+
+
+class LaunchArgs(_Strict):
+    """One ``sglang.launch_server`` the sweep starts and stops."""
+
+    tp_size: int = Field(1, gt=0)
+    engram_offload: Literal["hbm", "dram", "ssd", "off"] = "dram"
+    engram_ssd_dir: str | None = None
+    engram_prefetch: bool | None = None
+    engram_hot_cache_gb: float | None = Field(None, ge=0)
+    engram_ram_cache_gb: float | None = Field(None, ge=0)
+    extra_args: list[str] = []
+    startup_timeout_s: float = Field(1800.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ssd_dir(self) -> LaunchArgs:
+        if self.engram_offload == "ssd" and not self.engram_ssd_dir:
+            raise ValueError("engram_offload ssd needs engram_ssd_dir")
+        return self
+
+
+class ConfigSpec(_Strict):
+    name: str = Field(pattern=NAME)
+    launch: LaunchArgs | None = None
+    # A cluster spec file (relative to the sweep spec) or the cluster spec itself.
+    cluster: str | dict[str, Any] | None = None
+    url: str | None = Field(None, pattern=r"^https?://")
+    num_gpus: int | None = Field(None, gt=0)
+    sku: str | None = None
+    placement: str | None = None
+    metrics_urls: list[str] = []
+
+    @model_validator(mode="after")
+    def _kind(self) -> ConfigSpec:
+        given = [k for k in ("launch", "cluster", "url") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of launch, cluster or url (got {given or 'none'})")
+        if self.url is not None and (self.num_gpus is None or self.placement is None):
+            raise ValueError("a url config states num_gpus and placement (and sku if mixed)")
+        if self.url is None and self.num_gpus is not None:
+            raise ValueError("num_gpus is known for launch and cluster configs; drop it")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "launch" if self.launch else "cluster" if self.cluster is not None else "url"
+
+
+class SweepSpec(_Strict):
+    name: str = Field(pattern=NAME)
+    model: str
+    tokenizer: str | None = None
+    sku: str | None = None  # overrides detection for launch and cluster configs
+    workload: Workload
+    concurrency: list[int] = Field(min_length=1)
+    prompts_per_concurrency: int = Field(10, gt=0)
+    warmup_per_concurrency: int = Field(2, ge=0)
+    seed: int = 1
+    point_timeout_s: float = Field(3600.0, gt=0)
+    configs: list[ConfigSpec] = Field(min_length=1)
+    # Where relative cluster spec paths resolve (the spec file's folder); not a YAML key.
+    base_dir: str = Field(".", exclude=True)
+
+    @model_validator(mode="after")
+    def _unique(self) -> SweepSpec:
+        if any(c <= 0 for c in self.concurrency):
+            raise ValueError("concurrency values must be positive")
+        if len(set(self.concurrency)) != len(self.concurrency):
+            raise ValueError("concurrency has repeated values")
+        names = [c.name for c in self.configs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"config names repeat: {', '.join(dupes)}")
+        return self
+
+    @property
+    def tokenizer_path(self) -> str:
+        return self.tokenizer or self.model
+
+    def num_prompts(self, concurrency: int) -> int:
+        return self.prompts_per_concurrency * concurrency
+
+    def warmup_requests(self, concurrency: int) -> int:
+        return self.warmup_per_concurrency * concurrency
+
+
+def load_sweep_spec(path: str | Path) -> SweepSpec:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SweepSpecError(f"{path}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise SweepSpecError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise SweepSpecError(f"{path}: a sweep spec is a mapping (name, model, workload, ...)")
+    return parse_sweep_spec(data, base_dir=path.resolve().parent, source=str(path))
+
+
+def parse_sweep_spec(
+    data: dict[str, Any], *, base_dir: str | Path = ".", source: str = "spec"
+) -> SweepSpec:
+    try:
+        return SweepSpec.model_validate({**data, "base_dir": str(base_dir)})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where = _config_name(data, err["loc"]) or where
+        msg = re.sub(r"^Value error, ", "", err["msg"])
+        raise SweepSpecError(f"{source}: {where}: {msg}") from None
+
+
+def _config_name(data: dict[str, Any], loc: tuple[Any, ...]) -> str | None:
+    """'configs[dram].launch.tp_size' rather than 'configs.1.launch.tp_size'."""
+    if len(loc) < 2 or loc[0] != "configs" or not isinstance(loc[1], int):
+        return None
+    try:
+        name = data["configs"][loc[1]].get("name", loc[1])
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None
+    rest = [str(p) for p in loc[2:] if p not in ("str", "dict[str,any]", "LaunchArgs")]
+    return ".".join([f"configs[{name}]", *rest])

@@ -1,0 +1,93 @@
+"""Sweep specs: what they accept, the one-line errors for what they do not, and the
+benchmark arguments each workload becomes."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from sglang_engram.compare.spec import SweepSpecError, load_sweep_spec, parse_sweep_spec
+from sglang_engram.compare.workloads import bench_args, expected_requests
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _base(**kw) -> dict:
+    spec = {
+        "name": "s",
+        "model": "/m",
+        "workload": {"fixed": {"input_len": 1024, "output_len": 128}},
+        "concurrency": [1, 4],
+        "configs": [{"name": "a", "launch": {"engram_offload": "dram"}}],
+    }
+    spec.update(kw)
+    return spec
+
+
+@pytest.mark.parametrize("name", ["sweep-placements.yaml", "sweep-pd.yaml"])
+def test_examples_load(name: str) -> None:
+    spec = load_sweep_spec(EXAMPLES / name)
+    assert spec.configs and spec.workload.kind == "fixed"
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"concurency": [1]}, ["concurency", "Extra inputs"]),
+        ({"configs": [{"name": "x", "launch": {}, "url": "http://h:1"}]}, ["configs[x]", "exactly one"]),
+        ({"configs": [{"name": "r", "url": "http://h:1"}]}, ["configs[r]", "num_gpus"]),
+        ({"configs": [{"name": "s", "launch": {"engram_offload": "ssd"}}]}, ["configs[s]", "engram_ssd_dir"]),
+        ({"configs": [{"name": "t", "launch": {"tp_size": 0}}]}, ["configs[t].launch.tp_size"]),
+        ({"configs": [{"name": "d", "launch": {}}, {"name": "d", "url": "http://h:1",
+          "num_gpus": 1, "placement": "hbm"}]}, ["repeat", "d"]),
+        ({"concurrency": [4, 4]}, ["repeated"]),
+        ({"workload": {"fixed": {"input_len": 8, "output_len": 4},
+                       "multi-turn": {"system_prompt_len": 8, "question_len": 4, "output_len": 4}}},
+         ["workload", "exactly one"]),
+    ],
+)  # fmt: skip
+def test_bad_specs_are_one_line(change: dict, words: list[str]) -> None:
+    with pytest.raises(SweepSpecError) as err:
+        parse_sweep_spec(_base(**change), source="spec.yaml")
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("spec.yaml: ")
+    for word in words:
+        assert word in text
+
+
+def test_unreadable_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(SweepSpecError, match="not valid YAML"):
+        load_sweep_spec(path)
+
+
+def test_fixed_workload_arguments() -> None:
+    c = random.randint(1, 64)
+    spec = parse_sweep_spec(_base(concurrency=[c], seed=7))
+    args = bench_args(spec, "http://h:1", c, "/o.jsonl")
+    opts = dict(zip(args, args[1:], strict=False))
+    assert opts["--dataset-name"] == "random-ids" and "--tokenize-prompt" in args
+    assert opts["--num-prompts"] == str(10 * c) and opts["--max-concurrency"] == str(c)
+    assert opts["--warmup-requests"] == str(2 * c) and opts["--random-range-ratio"] == "0.8"
+    assert opts["--random-input-len"] == "1024" and opts["--output-file"] == "/o.jsonl"
+    assert opts["--tokenizer"] == "/m" and opts["--backend"] == "sglang"
+    assert expected_requests(spec, c) == 10 * c
+
+
+def test_multi_turn_workload_arguments(tmp_path: Path) -> None:
+    work = {"multi-turn": {"system_prompt_len": 2048, "question_len": 128, "output_len": 64,
+                           "turns": 4, "sessions_per_prefix": 3}}  # fmt: skip
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_base(workload=work, concurrency=[4], tokenizer="/tok")))
+    spec = load_sweep_spec(path)
+    args = bench_args(spec, "http://h:1", 4, "/o.jsonl")
+    opts = dict(zip(args, args[1:], strict=False))
+    assert opts["--backend"] == "sglang-oai-chat"
+    assert opts["--dataset-name"] == "generated-shared-prefix"
+    assert opts["--gsp-num-turns"] == "4" and opts["--gsp-prompts-per-group"] == "3"
+    assert opts["--gsp-num-groups"] == "14"  # ceil(40 sessions / 3 per prefix)
+    assert opts["--tokenizer"] == "/tok"
+    assert expected_requests(spec, 4) == 14 * 3 * 4

@@ -1,0 +1,151 @@
+"""`sweep` against stand-in servers, through the real `python -m sglang.benchmark.serving`.
+
+Each benchmark run imports SGLang (~20 s of CPU), so these tests are marked slow and
+keep to a handful of short points.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from sglang_engram.compare.deployments import SERVER_CMD_ENV
+from sglang_engram.compare.results import read_results
+
+from .conftest import STANDIN
+
+pytestmark = pytest.mark.slow
+
+
+def _spec(tmp_path: Path, tokenizer_dir: Path, configs: list[dict], **kw) -> Path:
+    spec = {
+        "name": "t",
+        "model": str(tokenizer_dir),
+        "sku": "H200",
+        "workload": {"fixed": {"input_len": 48, "output_len": 12}},
+        "concurrency": [2],
+        "prompts_per_concurrency": 3,
+        "warmup_per_concurrency": 1,
+        "configs": configs,
+        **kw,
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _sweep(spec: Path, out: Path, env: dict, *extra: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "sglang_engram.compare", "sweep", str(spec), "--out", str(out)]
+    return subprocess.Popen([*argv, *extra], env=env, stderr=subprocess.PIPE, text=True)
+
+
+def _standins(tag: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if tag in " ".join(proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def test_sweep_records_standin_timing(tmp_path, tokenizer_dir, offline_env, standin) -> None:
+    itl = random.uniform(20.0, 35.0)
+    url = standin(ttft_ms=50, itl_ms=itl, engram_offload="dram")
+    config = {"name": "remote", "url": url, "num_gpus": 4, "placement": "dram"}
+    spec = _spec(tmp_path, tokenizer_dir, [config])
+    proc = _sweep(spec, tmp_path / "out", offline_env)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    [row] = read_results(tmp_path / "out" / "results.jsonl")
+    assert row["status"] == "ok" and row["completed"] == 6
+    assert row["p90_tpot_ms"] == pytest.approx(itl, rel=0.2)
+    assert row["p90_ttft_ms"] >= 50
+    assert (row["sku"], row["vendor"], row["num_gpus"], row["max_concurrency"]) == (
+        "H200", "nvidia", 4, 2,
+    )  # fmt: skip
+    assert row["software"]["sglang"] == "0.5.23" and row["host"]["dram_gib"] > 0
+    engram = row["engram"]
+    # The stand-in requests 96 rows per generated token (warm-up tokens included), half
+    # unique, 264 bytes each, a quarter of them served by the hot cache.
+    assert engram["rows_per_output_token"] >= 96
+    assert engram["unique_row_ratio"] == pytest.approx(0.5)
+    assert engram["hot_cache_hit_ratio"] == pytest.approx(0.25)
+    rows = engram["after"]["rows_requested"] - engram["before"]["rows_requested"]
+    assert sum(engram["bytes_read"].values()) == pytest.approx(rows * 0.5 * 264)
+    raw = json.loads((tmp_path / "out" / row["raw"]["output"]).read_text().splitlines()[-1])
+    assert raw["p90_tpot_ms"] == row["p90_tpot_ms"]
+    assert "[1/1] remote C=2" in err and "ETA" in err
+
+
+def test_multi_turn_workload(tmp_path, tokenizer_dir, offline_env, standin) -> None:
+    url = standin(ttft_ms=20, itl_ms=10, engram_offload="hbm")
+    config = {"name": "chat", "url": url, "num_gpus": 1, "placement": "hbm"}
+    work = {"multi-turn": {"system_prompt_len": 40, "question_len": 8, "output_len": 6,
+                           "turns": 3, "sessions_per_prefix": 2}}  # fmt: skip
+    spec = _spec(tmp_path, tokenizer_dir, [config], workload=work)
+    proc = _sweep(spec, tmp_path / "out", offline_env)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    [row] = read_results(tmp_path / "out" / "results.jsonl")
+    # 10 x C = 6 sessions, 2 per prefix: 3 prefixes x 2 sessions x 3 turns.
+    assert row["status"] == "ok" and row["completed"] == 18
+    assert row["backend"] == "sglang-oai-chat" and row["engram"]["hot_cache_hit_ratio"] is None
+
+
+def test_interrupt_stops_servers_and_resume_repeats_nothing(
+    tmp_path, tokenizer_dir, offline_env
+) -> None:
+    tag = f"--standin-tag={uuid.uuid4().hex}"
+    offline_env[SERVER_CMD_ENV] = f"{sys.executable} {STANDIN} --ttft-ms 10 --itl-ms 5"
+    config = {"name": "local", "launch": {"engram_offload": "dram", "extra_args": [tag]}}
+    spec = _spec(tmp_path, tokenizer_dir, [config], concurrency=[1, 2, 3])
+    out = tmp_path / "out"
+    proc = _sweep(spec, out, offline_env)
+    deadline = time.monotonic() + 600
+    while not (out / "results.jsonl").exists() or not read_results(out / "results.jsonl"):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.5)
+    assert _standins(tag), "the sweep's server is not running"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert not _standins(tag), "a server outlived the interrupted sweep"
+    first = read_results(out / "results.jsonl")
+    assert 1 <= len(first) < 3
+
+    proc = _sweep(spec, out, offline_env, "--resume")
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err
+    rows = read_results(out / "results.jsonl")
+    assert sorted(r["max_concurrency"] for r in rows) == [1, 2, 3]
+    assert rows[: len(first)] == first
+    assert all(r["status"] == "ok" and r["kind"] == "launch" for r in rows)
+    assert f"{len(first)} points already recorded" in err
+    assert not _standins(tag)
+
+
+def test_dying_server_is_recorded_and_sweep_goes_on(tmp_path, tokenizer_dir, offline_env) -> None:
+    offline_env[SERVER_CMD_ENV] = f"{sys.executable} {STANDIN} --ttft-ms 10 --itl-ms 5"
+    configs = [
+        {"name": "dies", "launch": {"extra_args": ["--die-after", "3"]}},
+        {"name": "broken", "launch": {"extra_args": ["--port", "not-a-port"]}},
+        {"name": "healthy", "launch": {"engram_offload": "hbm"}},
+    ]
+    spec = _spec(tmp_path, tokenizer_dir, configs)
+    proc = _sweep(spec, tmp_path / "out", offline_env)
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 1, err
+    rows = {r["config"]: r for r in read_results(tmp_path / "out" / "results.jsonl")}
+    assert set(rows) == {"dies", "healthy"}  # a config that cannot start records nothing
+    assert rows["dies"]["status"] == "failed" and "server died" in rows["dies"]["error"]
+    assert rows["healthy"]["status"] == "ok" and rows["healthy"]["placement"] == "hbm"
+    broken = [ln for ln in err.splitlines() if "broken" in ln and ln.startswith("error:")]
+    assert len(broken) == 1 and "could not start" in broken[0]

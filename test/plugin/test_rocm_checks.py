@@ -1,0 +1,50 @@
+"""`doctor`'s host-table checks (sglang_engram.rocm_checks): XNACK, the device address
+of registered host memory, huge pages behind a fresh host buffer."""
+
+from __future__ import annotations
+
+import pytest
+from sglang_engram import doctor, rocm_checks
+
+
+@pytest.mark.parametrize(
+    ("rocm", "env", "ok"),
+    [
+        (True, {"HSA_XNACK": "1"}, False),
+        (True, {}, False),
+        (True, {"HSA_XNACK": "0"}, True),
+        (False, {"HSA_XNACK": "1"}, True),  # XNACK is an AMD setting
+    ],
+)
+def test_xnack(rocm: bool, env: dict[str, str], ok: bool) -> None:
+    result = rocm_checks.xnack(rocm, env)
+    assert result["ok"] is ok
+    assert (result["advice"] is None) is ok
+    if not ok:
+        assert "HSA_XNACK=0" in result["advice"] and "fault" in result["advice"]
+
+
+def test_huge_pages_match_the_thp_setting() -> None:
+    result = rocm_checks.huge_pages()
+    assert result["fraction"] is not None and 0.0 <= result["fraction"] <= 1.0
+    assert result["ok"] == (result["fraction"] >= 0.9)
+    assert (result["advice"] is None) == result["ok"]
+    thp = doctor.host_memory_report()["transparent_hugepages"]
+    if thp == "never":
+        assert not result["ok"]  # no THP and an anonymous buffer: small pages only
+
+
+def test_doctor_reports_host_tables() -> None:
+    report = doctor.collect(apply_hooks=False)
+    tables = report["host_tables"]
+    assert set(tables) >= {"rocm", "xnack", "device_address", "huge_pages", "advice"}
+    assert all(note in report["advice"] for note in tables["advice"])
+    assert "host tables: XNACK" in doctor.render(report)
+
+
+@pytest.mark.gpu
+def test_registered_host_memory_has_a_device_address() -> None:
+    result = rocm_checks.device_address()
+    assert result["checked"] and result["ok"], result
+    assert int(result["device"], 16) != 0
+    assert result["same"] == (result["device"] == result["host"])
