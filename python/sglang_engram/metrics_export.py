@@ -10,9 +10,10 @@ upstream's ``EngramEmbedding`` (DeepSeek-V4.1 ``hbm``/``dram``) are counted too
 (:mod:`sglang_engram.upstream_embedding`).
 
 With tensor parallelism every rank looks up every row id, so rows requested are
-exported by TP rank 0 only; unique rows and bytes read are summed over the GPUs that
-read them (a DeepSeek-V4.1 rank reads its own shard, plus, for the ids it does not
-own, a masked row 0). Lookups replayed from a CUDA graph are not counted.
+exported by TP rank 0 only (tables upstream serves count each rank's share, see
+``UpstreamTable``, and every rank exports it); unique rows and bytes read are summed
+over the GPUs that read them (a DeepSeek-V4.1 rank reads its own shard, plus, for the
+ids it does not own, a masked row 0). Lookups replayed from a CUDA graph are not counted.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class EngramMetrics:
             now = counters.snapshot()
             last = self._seen.get(id(counters), _ZERO)
             layer = str(entry.layer_id)
-            if self.export_requests:
+            if self.export_requests or entry.own_requests:
                 self.rows.labels(layer=layer).inc(_grown(now, last, "rows_requested"))
             self.unique.labels(layer=layer).inc(_grown(now, last, "unique_rows"))
             for tier in now["bytes_read"]:
