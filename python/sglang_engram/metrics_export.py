@@ -13,7 +13,8 @@ With tensor parallelism every rank looks up every row id, so rows requested are
 exported by TP rank 0 only (tables upstream serves count each rank's share, see
 ``UpstreamTable``, and every rank exports it); unique rows and bytes read are summed
 over the GPUs that read them (a DeepSeek-V4.1 rank reads its own shard, plus, for the
-ids it does not own, a masked row 0). Lookups replayed from a CUDA graph are not counted.
+ids it does not own, a masked row 0). Lookups replayed from a CUDA graph are not counted
+(nor, for tables upstream serves, the dummy lookups of a capture).
 """
 
 from __future__ import annotations

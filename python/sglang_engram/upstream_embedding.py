@@ -119,6 +119,10 @@ class UpstreamTable:
         return self._first_of_group
 
     def record(self, rows: int, mark: Mark, cp_all_tokens: bool = False) -> None:
+        if mark is None:
+            # NOTE: captured into a CUDA graph: a capture looks up dummy batches, and
+            # its replays run no Python, so neither is counted.
+            return
         mine = self.counts_ids(cp_all_tokens)
         requested = rows if mine else 0
         read = rows if self._reads_own_ids or mine else 0

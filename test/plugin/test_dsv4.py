@@ -367,3 +367,30 @@ def test_cache_flags_are_budgets_shared_by_the_tables(monkeypatch, cpu_context, 
     assert (
         server.hot_cache_bytes // 2 - 2 * layout.head_dim * 8 < held <= server.hot_cache_bytes // 2
     )
+
+
+def test_upstream_lookups_captured_in_a_cuda_graph_are_not_counted(layout, monkeypatch):
+    """A CUDA-graph capture's dummy batches are no lookups of the served table: only
+    eager lookups count. Stand-in for a capture on a GPU (there is none here): the
+    table's lookup clock is one of a CUDA device, and torch reports a capture."""
+    from sglang_engram.upstream_embedding import ATTR
+
+    from engram.tables.timing import LookupClock
+
+    table_registry.clear()
+    served = _engram(layout, monkeypatch, UPSTREAM)
+    weight, scale = random_table(layout.num_embeddings[0], layout.head_dim)
+    served.embed.weight.weight_loader(served.embed.weight, weight.view(torch.float8_e4m3fn))
+    served.embed.scale.weight_loader(served.embed.scale, scale.view(torch.float8_e8m0fnu))
+    tokens = random.randint(1, 16)
+    ids = _hash_ids(layout, 0, tokens)
+    rows = served.embed_rows(ids, None, False)  # eager: counted
+    table = getattr(served.embed, ATTR)
+    assert table.counters.snapshot()["rows_requested"] == ids.numel()
+    monkeypatch.setattr(table, "_clock", LookupClock(torch.device("cuda")))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    captured = served.embed_rows(ids, None, False)
+    assert torch.equal(captured.view(torch.int16), rows.view(torch.int16))
+    counted = table.counters.snapshot()
+    assert counted["lookups"] == 1 and counted["rows_requested"] == ids.numel()
+    table_registry.clear()
