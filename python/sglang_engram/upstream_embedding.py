@@ -7,7 +7,8 @@ and adds only what upstream lacks:
 
 - the placement comes from ``--engram-offload``: upstream's own switch
   (``SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE``) is set for the construction from the
-  flag, whatever the user's environment says;
+  flag, whatever the user's environment says; on several nodes the host table is
+  per rank unless ``SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT`` says otherwise;
 - the lookups are counted for ``/metrics`` (:class:`UpstreamTable`, fed by the AROUND
   hook on ``Engram.embed_rows``), like those of our tables.
 """
@@ -47,6 +48,12 @@ def build(
             # NOTE: upstream's peer shards take precedence over its host table and would
             # keep the rows in device memory.
             switches.enter_context(envs.SGLANG_OPT_DSV41_ENGRAM_PEER_SHARDS.override(False))
+            layout = envs.SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT
+            if _multi_node() and not layout.is_set():
+                # NOTE: upstream's default "shared" layout opens TP rank 0's memfd through
+                # /proc/<pid>/fd, which a rank on another node cannot; the per-rank layout
+                # holds each rank's shard in its own process.
+                switches.enter_context(layout.override("per_rank"))
         embedding = upstream_cls(*args, **kwargs)
     layer_id = args[2] if len(args) > 2 else kwargs["layer_id"]
     served = UpstreamTable(embedding, config.offload)
@@ -62,6 +69,13 @@ def build(
         embedding.rows,
     )
     return embedding
+
+
+def _multi_node() -> bool:
+    """Whether this server runs on several nodes (a TP group may then span them)."""
+    from sglang.srt.runtime_context import get_server_args
+
+    return get_server_args().nnodes > 1
 
 
 class UpstreamTable:

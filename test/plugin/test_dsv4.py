@@ -98,16 +98,16 @@ def test_each_placement_is_served_by_its_code_with_upstreams_rows(placed, layout
     assert torch.equal(served(ids).view(torch.int16), ref(ids).view(torch.int16))
 
 
-def _host_table_stand_in(monkeypatch):
+def _host_table_stand_in(monkeypatch, switch="SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE"):
     """Stand-in for upstream's host-table allocation (it pins host memory with
-    cudaHostRegister: GPU only): records upstream's switch and allocates the rows."""
+    cudaHostRegister: GPU only): records upstream's ``switch`` and allocates the rows."""
     from sglang.srt.environ import envs
 
     upstream = _upstream_cls()
     calls = []
 
     def init_host_table(self, num_embeddings, dim, layer_id):
-        calls.append(envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.get())
+        calls.append(getattr(envs, switch).get())
         weight = torch.empty(self.rows, dim, dtype=torch.float8_e4m3fn)
         self.weight = torch.nn.Parameter(weight, requires_grad=False)
         scale = torch.empty(self.rows, dim // 32, dtype=torch.float8_e8m0fnu)
@@ -394,3 +394,38 @@ def test_upstream_lookups_captured_in_a_cuda_graph_are_not_counted(layout, monke
     counted = table.counters.snapshot()
     assert counted["lookups"] == 1 and counted["rows_requested"] == ids.numel()
     table_registry.clear()
+
+
+@pytest.mark.parametrize("user_layout", [None, "shared"])
+@pytest.mark.parametrize("nnodes", [1, 2])
+def test_dram_on_several_nodes_uses_the_per_rank_host_table(
+    sglang_with_plugin, monkeypatch, layout, nnodes, user_layout
+):
+    """Upstream's default shared host table opens TP rank 0's memfd through /proc: a
+    rank on another node cannot. On several nodes dram takes the per-rank layout
+    unless the user chose one; one node keeps upstream's default."""
+    from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
+    from sglang.srt.server_args import ServerArgs
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    name = "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT"
+    if user_layout is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, user_layout)
+    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload="dram").to_json())
+    layouts = _host_table_stand_in(monkeypatch, name)
+    server_args = ServerArgs(
+        model_path="dummy", tp_size=2, nnodes=nnodes, node_rank=0, dist_init_addr="127.0.0.1:1"
+    )
+    ranks = SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0)
+    args = (layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0])
+    table_registry.clear()
+    try:
+        with use_context(create_context(server_args, role="scheduler", ranks=ranks)):
+            built = PlacedEngramEmbedding(*args, column_bounds=layout.column_bounds(0))
+    finally:
+        table_registry.clear()
+    assert type(built) is _upstream_cls()
+    chosen = user_layout or ("per_rank" if nnodes > 1 else "shared")
+    assert layouts == [chosen] and os.environ.get(name) == user_layout
