@@ -10,9 +10,11 @@ upstream's ``EngramEmbedding`` (DeepSeek-V4.1 ``hbm``/``dram``) are counted too
 (:mod:`sglang_engram.upstream_embedding`).
 
 With tensor parallelism every rank looks up every row id, so rows requested are
-exported by TP rank 0 only; unique rows and bytes read are summed over the GPUs that
-read them (a DeepSeek-V4.1 rank reads its own shard, plus, for the ids it does not
-own, a masked row 0). Lookups replayed from a CUDA graph are not counted.
+exported by TP rank 0 only (tables upstream serves count each rank's share, see
+``UpstreamTable``, and every rank exports it); unique rows and bytes read are summed
+over the GPUs that read them (a DeepSeek-V4.1 rank reads its own shard, plus, for the
+ids it does not own, a masked row 0). Lookups replayed from a CUDA graph are not counted
+(nor, for tables upstream serves, the dummy lookups of a capture).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import threading
 from typing import Any
 
+from engram.tables import TableCounters
 from sglang_engram import table_registry
 
 logger = logging.getLogger(__name__)
@@ -74,7 +77,9 @@ class EngramMetrics:
             multiprocess_mode="livemax",
         )
         self.interval_s = interval_s
-        self._seen: dict[int, dict[str, Any]] = {}
+        # NOTE: id(counters) -> (counters, last snapshot exported) of the tables served at
+        # the last update; holding the counters keeps their id from going to a new table.
+        self._seen: dict[int, tuple[TableCounters, dict[str, Any]]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -97,16 +102,17 @@ class EngramMetrics:
         for tier, n in table_registry.memory_by_tier().items():
             self.table_bytes.labels(tier=tier).set(n)
         hot = total = cache_hits = cache_reads = 0
-        for entry in table_registry.served():
+        served = table_registry.served()
+        for entry in served:
             counters = entry.table.counters
             if counters.on_duration is None:
                 counters.on_duration = self.latency.observe
             # NOTE: the counters only grow and are never replaced; each update exports
             # the difference between two snapshots, so nothing counted in between is lost.
             now = counters.snapshot()
-            last = self._seen.get(id(counters), _ZERO)
+            last = self._seen.get(id(counters), (counters, _ZERO))[1]
             layer = str(entry.layer_id)
-            if self.export_requests:
+            if self.export_requests or entry.own_requests:
                 self.rows.labels(layer=layer).inc(_grown(now, last, "rows_requested"))
             self.unique.labels(layer=layer).inc(_grown(now, last, "unique_rows"))
             for tier in now["bytes_read"]:
@@ -119,10 +125,12 @@ class EngramMetrics:
                     self.ssd[name].labels(layer=layer).inc(_grown(stats, last["ssd"], key))
                 cache_hits += stats.get("ram_cache_hits", 0)
                 cache_reads += stats.get("ram_cache_hits", 0) + stats.get("ram_cache_misses", 0)
-            self._seen[id(counters)] = now
+            self._seen[id(counters)] = (counters, now)
             if entry.table.placement in ("dram", "ssd"):
                 hot += now["bytes_read"].get(HOT_TIER, 0)
                 total += sum(now["bytes_read"].values())
+        for gone in self._seen.keys() - {id(entry.table.counters) for entry in served}:
+            del self._seen[gone]
         self.hit_ratio.set(hot / total if total else 0.0)
         self.ssd_hit_ratio.set(cache_hits / cache_reads if cache_reads else 0.0)
 

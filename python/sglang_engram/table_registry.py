@@ -32,6 +32,9 @@ class ServedTable:
     layer_id: int
     table: Served
     row_start: int = 0  # first row of the layer's table this (TP shard's) table holds
+    # NOTE: False: every TP rank counts every id as requested (our tables), TP rank 0
+    # exports them; True: each rank counts only its share (upstream's), all export.
+    own_requests: bool = False
 
 
 _tables: list[ServedTable] = []
@@ -39,9 +42,9 @@ _hasher: list[NgramHasher] = []
 _lock = threading.Lock()
 
 
-def add(layer_id: int, table: Served, row_start: int = 0) -> None:
+def add(layer_id: int, table: Served, row_start: int = 0, own_requests: bool = False) -> None:
     with _lock:
-        _tables.append(ServedTable(layer_id, table, row_start))
+        _tables.append(ServedTable(layer_id, table, row_start, own_requests))
 
 
 def served() -> list[ServedTable]:

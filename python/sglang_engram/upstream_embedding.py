@@ -7,7 +7,8 @@ and adds only what upstream lacks:
 
 - the placement comes from ``--engram-offload``: upstream's own switch
   (``SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE``) is set for the construction from the
-  flag, whatever the user's environment says;
+  flag, whatever the user's environment says; on several nodes the host table is
+  per rank unless ``SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT`` says otherwise;
 - the lookups are counted for ``/metrics`` (:class:`UpstreamTable`, fed by the AROUND
   hook on ``Engram.embed_rows``), like those of our tables.
 """
@@ -47,11 +48,19 @@ def build(
             # NOTE: upstream's peer shards take precedence over its host table and would
             # keep the rows in device memory.
             switches.enter_context(envs.SGLANG_OPT_DSV41_ENGRAM_PEER_SHARDS.override(False))
+            layout = envs.SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT
+            if _multi_node() and not layout.is_set():
+                # NOTE: upstream's default "shared" layout opens TP rank 0's memfd through
+                # /proc/<pid>/fd, which a rank on another node cannot; the per-rank layout
+                # holds each rank's shard in its own process.
+                switches.enter_context(layout.override("per_rank"))
         embedding = upstream_cls(*args, **kwargs)
     layer_id = args[2] if len(args) > 2 else kwargs["layer_id"]
     served = UpstreamTable(embedding, config.offload)
     setattr(embedding, ATTR, served)
-    table_registry.add(int(layer_id), served, row_start=embedding.row_start)
+    table_registry.add(
+        int(layer_id), served, row_start=embedding.row_start, own_requests=True
+    )
     logger.info(
         "sglang-engram: layer %s Engram table in %s: %s (%d rows of this rank)",
         layer_id,
@@ -62,15 +71,25 @@ def build(
     return embedding
 
 
+def _multi_node() -> bool:
+    """Whether this server runs on several nodes (a TP group may then span them)."""
+    from sglang.srt.runtime_context import get_server_args
+
+    return get_server_args().nnodes > 1
+
+
 class UpstreamTable:
     """An upstream ``EngramEmbedding`` as the metrics see a table: counters and memory.
 
     Upstream reads every row it is asked for (no dedup), so rows read are counted as
-    requested. NOTE: with the rows sharded over TP ranks (device table, or the per-rank
-    host layout) every rank looks up the same ids and exactly one rank owns each row,
-    so TP rank 0 counts them for all; with the shared host table or peer shards each
-    rank reads all of its own ids itself, and under DP attention each rank's own ids
-    are read once by their owners, so each rank counts its own.
+    requested. NOTE: the ranks that look up the same ids (the whole TP group; under DP
+    attention a DP group's attention-TP and CP ranks; in a prefill-CP lookup a CP
+    rank's attention-TP ranks) count them once, on the first of those ranks, as
+    requested (``own_requests``: every rank exports its count). Reads: with the rows
+    sharded over the TP ranks (device table, or the per-rank host layout) exactly one
+    rank owns each row of the ids gathered over the group, so that same first rank
+    counts them for all; with the shared host table or peer shards each rank reads
+    all of its own ids itself and counts them.
     """
 
     def __init__(self, embedding: nn.Module, placement: str):
@@ -85,9 +104,15 @@ class UpstreamTable:
         self._shared = host is not None and host.layout == "shared"
         parallel = get_parallel()
         first_rank = parallel.tp_rank == 0
-        whole = embedding.tp_size == 1 or embedding.peer is not None or self._shared
-        whole = whole or parallel.attn_dp_size > 1
-        self._counts_reads = whole or first_rank
+        self._reads_own_ids = (
+            embedding.tp_size == 1 or embedding.peer is not None or self._shared
+        )
+        self._first_of_attn_tp = parallel.attn_tp_rank == 0
+        self._first_of_group = (
+            first_rank
+            if parallel.attn_dp_size == 1
+            else parallel.attn_tp_rank == 0 and parallel.attn_cp_rank == 0
+        )
         self._holds_memory = not self._shared or first_rank
         # NOTE: built inside SGLang's default-device context: the device that reads the rows.
         self._clock = LookupClock(torch.device(torch.get_default_device()))
@@ -100,10 +125,23 @@ class UpstreamTable:
     def start(self) -> Mark:
         return self._clock.start()
 
-    def record(self, rows: int, mark: Mark) -> None:
-        read = rows if self._counts_reads else 0
+    def counts_ids(self, cp_all_tokens: bool) -> bool:
+        """Whether this rank is the one that counts the ids of a lookup (see the class):
+        ``cp_all_tokens`` (a prefill-CP lookup) gives each CP rank its own ids."""
+        if cp_all_tokens and self.embedding.tp_size > 1:
+            return self._first_of_attn_tp
+        return self._first_of_group
+
+    def record(self, rows: int, mark: Mark, cp_all_tokens: bool = False) -> None:
+        if mark is None:
+            # NOTE: captured into a CUDA graph: a capture looks up dummy batches, and
+            # its replays run no Python, so neither is counted.
+            return
+        mine = self.counts_ids(cp_all_tokens)
+        requested = rows if mine else 0
+        read = rows if self._reads_own_ids or mine else 0
         self.counters.record(
-            rows, read, {self.placement: read * self.row_bytes}, self._clock.stop(mark)
+            requested, read, {self.placement: read * self.row_bytes}, self._clock.stop(mark)
         )
 
 
@@ -119,8 +157,10 @@ def count_lookups(
     served: UpstreamTable | None = getattr(engram.embed, ATTR, None)
     if served is None:
         return original(engram, hash_ids, *args, **kwargs)
+    # NOTE: Engram calls embed_rows(hash_ids, forward_batch, cp_all_tokens).
+    cp_all_tokens = bool(args[1] if len(args) > 1 else kwargs.get("cp_all_tokens", False))
     mark = served.start()
     rows = original(engram, hash_ids, *args, **kwargs)
-    served.record(hash_ids.numel(), mark)
+    served.record(hash_ids.numel(), mark, cp_all_tokens)
     return rows
 

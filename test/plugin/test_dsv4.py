@@ -98,16 +98,16 @@ def test_each_placement_is_served_by_its_code_with_upstreams_rows(placed, layout
     assert torch.equal(served(ids).view(torch.int16), ref(ids).view(torch.int16))
 
 
-def _host_table_stand_in(monkeypatch):
+def _host_table_stand_in(monkeypatch, switch="SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE"):
     """Stand-in for upstream's host-table allocation (it pins host memory with
-    cudaHostRegister: GPU only): records upstream's switch and allocates the rows."""
+    cudaHostRegister: GPU only): records upstream's ``switch`` and allocates the rows."""
     from sglang.srt.environ import envs
 
     upstream = _upstream_cls()
     calls = []
 
     def init_host_table(self, num_embeddings, dim, layer_id):
-        calls.append(envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.get())
+        calls.append(getattr(envs, switch).get())
         weight = torch.empty(self.rows, dim, dtype=torch.float8_e4m3fn)
         self.weight = torch.nn.Parameter(weight, requires_grad=False)
         scale = torch.empty(self.rows, dim // 32, dtype=torch.float8_e8m0fnu)
@@ -367,3 +367,65 @@ def test_cache_flags_are_budgets_shared_by_the_tables(monkeypatch, cpu_context, 
     assert (
         server.hot_cache_bytes // 2 - 2 * layout.head_dim * 8 < held <= server.hot_cache_bytes // 2
     )
+
+
+def test_upstream_lookups_captured_in_a_cuda_graph_are_not_counted(layout, monkeypatch):
+    """A CUDA-graph capture's dummy batches are no lookups of the served table: only
+    eager lookups count. Stand-in for a capture on a GPU (there is none here): the
+    table's lookup clock is one of a CUDA device, and torch reports a capture."""
+    from sglang_engram.upstream_embedding import ATTR
+
+    from engram.tables.timing import LookupClock
+
+    table_registry.clear()
+    served = _engram(layout, monkeypatch, UPSTREAM)
+    weight, scale = random_table(layout.num_embeddings[0], layout.head_dim)
+    served.embed.weight.weight_loader(served.embed.weight, weight.view(torch.float8_e4m3fn))
+    served.embed.scale.weight_loader(served.embed.scale, scale.view(torch.float8_e8m0fnu))
+    tokens = random.randint(1, 16)
+    ids = _hash_ids(layout, 0, tokens)
+    rows = served.embed_rows(ids, None, False)  # eager: counted
+    table = getattr(served.embed, ATTR)
+    assert table.counters.snapshot()["rows_requested"] == ids.numel()
+    monkeypatch.setattr(table, "_clock", LookupClock(torch.device("cuda")))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    captured = served.embed_rows(ids, None, False)
+    assert torch.equal(captured.view(torch.int16), rows.view(torch.int16))
+    counted = table.counters.snapshot()
+    assert counted["lookups"] == 1 and counted["rows_requested"] == ids.numel()
+    table_registry.clear()
+
+
+@pytest.mark.parametrize("user_layout", [None, "shared"])
+@pytest.mark.parametrize("nnodes", [1, 2])
+def test_dram_on_several_nodes_uses_the_per_rank_host_table(
+    sglang_with_plugin, monkeypatch, layout, nnodes, user_layout
+):
+    """Upstream's default shared host table opens TP rank 0's memfd through /proc: a
+    rank on another node cannot. On several nodes dram takes the per-rank layout
+    unless the user chose one; one node keeps upstream's default."""
+    from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
+    from sglang.srt.server_args import ServerArgs
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    name = "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT"
+    if user_layout is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, user_layout)
+    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload="dram").to_json())
+    layouts = _host_table_stand_in(monkeypatch, name)
+    server_args = ServerArgs(
+        model_path="dummy", tp_size=2, nnodes=nnodes, node_rank=0, dist_init_addr="127.0.0.1:1"
+    )
+    ranks = SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0)
+    args = (layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0])
+    table_registry.clear()
+    try:
+        with use_context(create_context(server_args, role="scheduler", ranks=ranks)):
+            built = PlacedEngramEmbedding(*args, column_bounds=layout.column_bounds(0))
+    finally:
+        table_registry.clear()
+    assert type(built) is _upstream_cls()
+    chosen = user_layout or ("per_rank" if nnodes > 1 else "shared")
+    assert layouts == [chosen] and os.environ.get(name) == user_layout

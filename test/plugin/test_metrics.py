@@ -131,3 +131,68 @@ def test_ssd_table_stats_are_exported(metrics, layers, tmp_path):
         handle.release()
     finally:
         table.close()
+
+
+DP_ATTENTION = {"dp_size": 2, "enable_dp_attention": True}
+PREFILL_CP = {"attn_cp_size": 2, "enable_prefill_cp": True}
+
+
+@pytest.mark.parametrize(
+    ("parallel", "groups", "cp_all_tokens"),
+    [
+        ({"tp_size": 2}, 1, False),
+        ({"tp_size": 2, **DP_ATTENTION}, 2, False),
+        ({"tp_size": 4, **DP_ATTENTION}, 2, False),
+        ({"tp_size": 4, **PREFILL_CP}, 2, True),
+        ({"tp_size": 4, **PREFILL_CP}, 1, False),
+    ],
+    ids=["tp2", "tp2-dp2-attn", "tp4-dp2-attn", "tp4-cp2-prefill", "tp4-cp2-decode"],
+)
+def test_upstream_tables_export_each_id_once_over_the_ranks(
+    sglang_with_plugin, metrics, layers, monkeypatch, parallel, groups, cp_all_tokens
+):
+    """Tables upstream's EngramEmbedding serves (DeepSeek-V4.1 hbm), one exporter per
+    rank as on a server: rows requested and read add up, over every rank's export, to
+    the ids of all rank groups, each once (a DP group's ranks share its ids; so do a
+    CP rank's in a prefill-CP lookup, and every rank otherwise). Stand-in: the ranks'
+    contexts live in this process and each rank counts its lookup as the
+    Engram.embed_rows hook does (upstream's collective lookup needs the TP group)."""
+    from types import SimpleNamespace
+
+    from sglang.srt.layers.engram import EngramLayout
+    from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
+    from sglang.srt.server_args import ServerArgs
+    from sglang_engram.config import ENV_VAR, EngramServerConfig
+    from sglang_engram.dsv4 import PlacedEngramEmbedding
+
+    from test.plugin.tiny import engram_fields
+
+    layout = EngramLayout.from_config(
+        SimpleNamespace(**engram_fields(layer_ids=(1, 14), n=3, heads=4, head_dim=64))
+    )
+    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload="hbm").to_json())
+    layer = layers[0]
+    args = (layout.num_embeddings[0], layout.head_dim, layer, layout.column_bounds(0))
+    tp_size = parallel["tp_size"]
+    group_ids = [random.randint(1, 40) * 6 for _ in range(groups)]  # ids per rank group
+    before = {
+        "rows": _value("sglang:engram_rows_requested_total", layer=str(layer)),
+        "unique": _value("sglang:engram_unique_rows_total", layer=str(layer)),
+    }
+    kept = []  # NOTE: alive to the end: the exporter keys its snapshots by id(counters)
+    for rank in range(tp_size):
+        server_args = ServerArgs(model_path="dummy", **parallel)
+        ranks = SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank)
+        context = create_context(server_args, role="scheduler", ranks=ranks)
+        with use_context(context):
+            kept.append(PlacedEngramEmbedding(*args))
+            table = table_registry.served()[-1].table
+            group = rank * groups // tp_size
+            table.record(group_ids[group], table.start(), cp_all_tokens)
+            metrics.export_requests = rank == 0  # as after_init_metrics_collector sets it
+            metrics.update()
+        table_registry.clear()
+    metrics.export_requests = True
+    rows = _value("sglang:engram_rows_requested_total", layer=str(layer)) - before["rows"]
+    unique = _value("sglang:engram_unique_rows_total", layer=str(layer)) - before["unique"]
+    assert rows == sum(group_ids) and unique == sum(group_ids)
