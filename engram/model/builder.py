@@ -133,19 +133,33 @@ def build_tiny_model(out: str | Path, options: BuildOptions | None = None) -> di
     token_map, compressed = build_token_map(Tokenizer.from_str(asset_bytes().decode()))
     cfg = make_config(options, token_map.numel(), compressed)
     tensors = init_weights(cfg, _dense_shapes(cfg, token_map), options.seed)
+    write_model_dir(out, cfg, tensors, asset_bytes().decode())
+    # NOTE: written last: its presence says the build above completed.
+    (Path(out) / BUILD_RECORD).write_text(json.dumps(_record(options), indent=1, sort_keys=True))
+    return model_files(out)
+
+
+MODEL_FILES = ("config.json", WEIGHTS_FILE, "tokenizer.json", "tokenizer_config.json")
+
+
+def write_model_dir(
+    out: str | Path, cfg: TinyEngramConfig, tensors: dict[str, torch.Tensor], tokenizer: str
+) -> None:
+    """The HF-style directory the plugin serves: config, weights, tokenizer files."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     (out / "config.json").write_text(cfg.to_json())
-    (out / "tokenizer.json").write_bytes(asset_bytes())
+    (out / "tokenizer.json").write_text(tokenizer)
     config_text = json.dumps(
         tokenizer_config(cfg.max_position_embeddings), indent=2, sort_keys=True
     )
     (out / "tokenizer_config.json").write_text(config_text + "\n")
-    # NOTE: written last: its presence says the build above completed.
-    (out / BUILD_RECORD).write_text(json.dumps(_record(options), indent=1, sort_keys=True))
-    names = ("config.json", WEIGHTS_FILE, "tokenizer.json", "tokenizer_config.json")
-    return {out / name: (out / name).stat().st_size for name in names}
+
+
+def model_files(out: str | Path) -> dict[Path, int]:
+    """Each file of a model directory and its size."""
+    return {Path(out) / name: (Path(out) / name).stat().st_size for name in MODEL_FILES}
 
 
 def _dense_shapes(cfg: TinyEngramConfig, token_map: torch.Tensor) -> dict[str, tuple[int, ...]]:
