@@ -7,7 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from engram.errors import EngramError
+from engram.errors import EngramError, EngramInputError
+from engram.model.builder import TRAINED_MODEL
 from engram.module import ENGRAM_VARIANTS
 from engram.tables import PLACEMENTS
 
@@ -15,22 +16,30 @@ _DEFAULTS_NOTE = "defaults give the layout the plugin tests and docs use"
 
 
 def _build(args: argparse.Namespace) -> None:
-    from engram.model.builder import BuildOptions, build_tiny_model, built_with
-
-    options = BuildOptions(
-        seed=args.seed,
-        num_hidden_layers=args.num_hidden_layers,
-        engram_layer_ids=tuple(args.engram_layer_ids),
-        engram_variant=args.engram_variant,
-        engram_vocab_size=args.engram_vocab_size,
-        engram_max_ngram_size=args.engram_max_ngram_size,
-        engram_n_heads=args.engram_n_heads,
+    from engram.model.builder import (
+        BuildOptions,
+        build_tiny_model,
+        built_with,
+        copy_trained_model,
     )
+
+    options = None
+    if args.random:
+        options = BuildOptions(
+            seed=args.seed,
+            num_hidden_layers=args.num_hidden_layers,
+            engram_layer_ids=tuple(args.engram_layer_ids),
+            engram_variant=args.engram_variant,
+            engram_vocab_size=args.engram_vocab_size,
+            engram_max_ngram_size=args.engram_max_ngram_size,
+            engram_n_heads=args.engram_n_heads,
+        )
+    kind = "random" if args.random else "trained"
     if args.reuse and built_with(args.out, options):
-        print(f"reusing the tiny Engram model in {Path(args.out).resolve()} (same build options)")
+        print(f"reusing the {kind} tiny Engram model in {Path(args.out).resolve()}")
         return
-    sizes = build_tiny_model(args.out, options)
-    print(f"wrote the tiny Engram model to {Path(args.out).resolve()}")
+    sizes = copy_trained_model(args.out) if options is None else build_tiny_model(args.out, options)
+    print(f"wrote the {kind} tiny Engram model to {Path(args.out).resolve()}")
     for path, size in sizes.items():
         print(f"  {path.name:<24} {size:>12,} bytes")
     print(f"  {'total':<24} {sum(sizes.values()):>12,} bytes")
@@ -44,6 +53,8 @@ def _generate(args: argparse.Namespace) -> None:
     model = TinyEngramModel.from_pretrained(args.model, args.placement, args.ssd_dir)
     try:
         prompt = tokenizer.encode(args.prompt).ids
+        if not prompt:
+            raise EngramInputError("the prompt is empty")
         new = model.generate(prompt, args.max_new_tokens)
     finally:
         model.close()
@@ -84,7 +95,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="python -m engram.model",
         description="The tiny Engram model: a 4-layer Qwen3-like LM (hidden 128) with "
-        "Engram layers, built offline and deterministically.",
+        "Engram layers, trained on the Python standard library or built with random weights, "
+        "offline and deterministically.",
     )
     sub = top.add_subparsers(dest="command", required=True)
 
@@ -92,7 +104,9 @@ def parser() -> argparse.ArgumentParser:
         "build",
         help="write the model directory",
         description="Write config.json, model.safetensors, tokenizer.json and "
-        "tokenizer_config.json. The same options give byte-identical files; "
+        "tokenizer_config.json: by default the bundled trained model (with its "
+        "train_report.json); with --random a model of random weights, where the same options "
+        "give byte-identical files and the "
         + _DEFAULTS_NOTE
         + ".",
     )
@@ -101,6 +115,11 @@ def parser() -> argparse.ArgumentParser:
         "--reuse",
         action="store_true",
         help="keep OUT as it is when it already holds a build with these options (else build)",
+    )
+    build.add_argument(
+        "--random",
+        action="store_true",
+        help="random weights, deterministic for the options below (which need it)",
     )
     build.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     build.add_argument(
@@ -144,11 +163,17 @@ def parser() -> argparse.ArgumentParser:
     gen = sub.add_parser(
         "generate",
         help="greedy generation on the CPU",
-        description="Load a built model with its Engram tables in PLACEMENT and print "
-        "the prompt with its greedy continuation.",
+        description="Load a model with its Engram tables in PLACEMENT (off: without Engram) "
+        "and print the prompt with its greedy continuation, from the core library's reference "
+        "model: no GPU, no SGLang.",
     )
-    gen.add_argument("model", type=Path, help="model directory")
-    gen.add_argument("--prompt", default="This License", help="prompt text")
+    gen.add_argument("prompt", nargs="?", default="def ", help="prompt text (default 'def ')")
+    gen.add_argument(
+        "--model",
+        type=Path,
+        default=TRAINED_MODEL,
+        help="model directory (default: the bundled trained model)",
+    )
     gen.add_argument("--placement", choices=list(PLACEMENTS), default="hbm")
     gen.add_argument("--ssd-dir", type=Path, help="where the ssd placement keeps its files")
     gen.add_argument("--max-new-tokens", type=int, default=16)
