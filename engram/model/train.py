@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -263,7 +264,10 @@ def train(
 
     torch.manual_seed(opts.seed)
     torch.set_num_threads(opts.threads)
-    torch.use_deterministic_algorithms(True)
+    if opts.device != "cpu":
+        # NOTE: cuBLAS is deterministic only with a fixed workspace (set before its first use).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=opts.device != "cpu")
     began = time.perf_counter()
     docs = list(docs) if docs is not None else stdlib_documents()
     train_docs, held = split_documents(docs, "train"), split_documents(docs, "heldout")

@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from engram.model import BuildOptions, TinyEngramModel
+from engram.model import BuildOptions, TinyEngramModel, build_tiny_model
+from engram.model.builder import TRAINED_MODEL
 from engram.model.corpus import Document, split_documents, token_stream
 from engram.model.tokenizer import EOS_TOKEN_ID, train_tokenizer
 from engram.model.train import (
@@ -113,3 +114,25 @@ def test_corpus_that_tokenizes_to_nothing_is_named(tmp_path):
     tokenizer = Tokenizer.from_str(train_tokenizer(texts=["a b c"], vocab_size=300))
     with pytest.raises(EngramInputError, match="tokenizes to nothing"):
         token_stream(tokenizer, [Document("empty.py", "")], EOS_TOKEN_ID)
+
+
+@pytest.mark.skipif(not (TRAINED_MODEL / "model.safetensors").is_file(), reason="not bundled")
+def test_bundled_model_has_the_random_builds_layout(tmp_path):
+    """The plugin loads the trained model exactly like the random one: same config keys and
+    tensor names, dtypes and shapes; its training report is bundled too."""
+    build_tiny_model(tmp_path / "random")
+    trained = json.loads((TRAINED_MODEL / "config.json").read_text())
+    random_cfg = json.loads((tmp_path / "random" / "config.json").read_text())
+    assert set(trained) == set(random_cfg)
+    differ = {k for k in trained if trained[k] != random_cfg[k]}
+    assert differ <= {"engram_compressed_vocab_size"}, differ
+    with safe_open(str(TRAINED_MODEL / "model.safetensors"), framework="pt") as a, safe_open(
+        str(tmp_path / "random" / "model.safetensors"), framework="pt"
+    ) as b:
+        assert set(a.keys()) == set(b.keys())
+        for name in a.keys():
+            x, y = a.get_slice(name), b.get_slice(name)
+            assert (x.get_dtype(), x.get_shape()) == (y.get_dtype(), y.get_shape()), name
+    report = json.loads((TRAINED_MODEL / "train_report.json").read_text())
+    bits = report["heldout_bits_per_token"]
+    assert bits["engram"] < bits["baseline"]
