@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,14 +51,15 @@ def _generate(args: argparse.Namespace) -> None:
     from engram.model.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(args.model)
-    model = TinyEngramModel.from_pretrained(args.model, args.placement, args.ssd_dir)
-    try:
-        prompt = tokenizer.encode(args.prompt).ids
-        if not prompt:
-            raise EngramInputError("the prompt is empty")
-        new = model.generate(prompt, args.max_new_tokens)
-    finally:
-        model.close()
+    prompt = tokenizer.encode(args.prompt).ids
+    if not prompt:
+        raise EngramInputError("the prompt is empty")
+    with tempfile.TemporaryDirectory(prefix="engram-ssd-") as tmp:
+        model = TinyEngramModel.from_pretrained(args.model, args.placement, args.ssd_dir or tmp)
+        try:
+            new = model.generate(prompt, args.max_new_tokens)
+        finally:
+            model.close()
     print(tokenizer.decode(prompt + new))
 
 
@@ -175,7 +177,9 @@ def parser() -> argparse.ArgumentParser:
         help="model directory (default: the bundled trained model)",
     )
     gen.add_argument("--placement", choices=list(PLACEMENTS), default="hbm")
-    gen.add_argument("--ssd-dir", type=Path, help="where the ssd placement keeps its files")
+    gen.add_argument(
+        "--ssd-dir", type=Path, help="ssd placement files (default: a temporary directory)"
+    )
     gen.add_argument("--max-new-tokens", type=int, default=16)
     gen.set_defaults(func=_generate)
 

@@ -77,7 +77,6 @@ def test_a_few_steps_lower_the_loss():
         assert after < before - 1.0, (engram, before, after)
 
 
-@pytest.mark.slow
 def test_train_writes_a_servable_model_reproducibly(tmp_path):
     docs = _docs()
     logs: list[str] = []
@@ -136,3 +135,15 @@ def test_bundled_model_has_the_random_builds_layout(tmp_path):
     report = json.loads((TRAINED_MODEL / "train_report.json").read_text())
     bits = report["heldout_bits_per_token"]
     assert bits["engram"] < bits["baseline"]
+
+
+@pytest.mark.skipif(not (TRAINED_MODEL / "model.safetensors").is_file(), reason="not bundled")
+def test_generate_runs_the_bundled_model_without_a_gpu(capsys):
+    from engram.model.__main__ import main
+
+    main(["generate", "--placement", "ssd", "--max-new-tokens", "6", "def "])  # temp ssd dir
+    on = capsys.readouterr().out
+    main(["generate", "--placement", "off", "--max-new-tokens", "6", "def "])
+    off = capsys.readouterr().out
+    assert on.startswith("def ") and len(on.strip()) > len("def")
+    assert on != off

@@ -73,7 +73,6 @@ def test_teacher_forced_regime_is_what_a_pd_deployment_decodes(tiny):
     torch.testing.assert_close(split, one_pass, atol=0.05, rtol=0.02)
 
 
-@pytest.mark.slow
 def test_results_are_identical_in_every_placement(tiny_dir, tokenizer, tmp_path):
     docs = [Document("a", "def f(x):\n    return x + 1\n" * 20)]
     samples = make_samples(tokenizer, docs, SampleOptions(0.5, 32, 4))
