@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 from engram.files import atomic_write
 from engram.fp8 import quantize_rows
+from engram.model.batches import Batches, window_batch
 from engram.model.builder import BuildOptions, make_config, model_files, write_model_dir
 from engram.model.config import TinyEngramConfig
 from engram.model.corpus import Document, split_documents, stdlib_documents, token_stream
@@ -121,37 +122,6 @@ def new_model(
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
     return model
-
-
-class Batches:
-    """Deterministic random windows of a token stream, with their hashed row ids."""
-
-    def __init__(self, stream: torch.Tensor, model: TinyEngramModel, opts: TrainOptions):
-        self.stream, self.hasher, self.opts = stream, model.hasher, opts
-        self.gen = torch.Generator().manual_seed(opts.seed + 2)
-        self.history = self.hasher.window - 1
-        if stream.numel() < opts.seq_len + self.history + 2:
-            raise ValueError(f"the training stream has only {stream.numel()} tokens")
-
-    def next(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        o, n = self.opts, self.history
-        high = self.stream.numel() - o.seq_len - 1
-        starts = torch.randint(n, high, (o.batch_size,), generator=self.gen).tolist()
-        return window_batch(self.stream, starts, o.seq_len, self.hasher)
-
-
-def window_batch(
-    stream: torch.Tensor, starts: Sequence[int], seq_len: int, hasher: object
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids [B, L], targets [B, L], row ids [B, L, layers, cols]) of windows at ``starts``;
-    each window hashes with the tokens before it as its history."""
-    n = hasher.window - 1  # type: ignore[attr-defined]
-    ids = torch.stack([stream[s : s + seq_len] for s in starts])
-    targets = torch.stack([stream[s + 1 : s + seq_len + 1] for s in starts])
-    rows = torch.stack(
-        [hasher.hash(stream[s : s + seq_len], stream[max(0, s - n) : s]) for s in starts]  # type: ignore[attr-defined]
-    )
-    return ids, targets, rows
 
 
 def bits_per_token(model: TinyEngramModel, stream: torch.Tensor, opts: TrainOptions) -> float:
