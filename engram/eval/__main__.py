@@ -37,7 +37,7 @@ def _ablate(args: argparse.Namespace) -> dict[str, object]:
         from engram.eval.ablate import ablate
         from engram.eval.loading import open_model
 
-        with open_model(args.model, args.placement, args.ssd_dir) as model:
+        with open_model(args.model, args.placement, args.ssd_dir, args.device) as model:
             result = ablate(model, samples, args.k)
     print(result.table())
     return result.to_json()
@@ -52,10 +52,16 @@ def _gate_scan(args: argparse.Namespace) -> dict[str, object]:
     check_engram_model(args.model)
     tokenizer = load_tokenizer(args.model)
     segs = segments(tokenizer, load_documents(args.data), args.seq_len, args.max_segments)
-    with open_model(args.model, args.placement, args.ssd_dir) as model:
+    with open_model(args.model, args.placement, args.ssd_dir, args.device) as model:
         scan = gate_scan(model, tokenizer, segs)
     print(scan.table(args.top, args.min_count))
     return scan.to_json(args.top, args.min_count)
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -78,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--placement", choices=EVAL_PLACEMENTS, default="hbm",
                        help="where the tables live (results are identical in every one)")
         p.add_argument("--ssd-dir", type=Path, help="ssd placement files (default: a temp dir)")
+        p.add_argument("--device", default=default_device(),
+                       help="where the reference model runs (default: cuda when present)")
         p.add_argument("--seq-len", type=int, default=128, help=seq_help)
         p.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
 

@@ -57,7 +57,7 @@ def score_sample(
     """(continuation loss in nats, its tokens, greedy exact match of its first k)."""
     p, c = len(sample.prompt), len(sample.continuation)
     logits = model.forward(sample.ids, None, regime.mask(p, c))[p - 1 : p + c - 1]
-    target = torch.tensor(sample.continuation)
+    target = torch.tensor(sample.continuation, device=logits.device)
     nats = float(F.cross_entropy(logits, target, reduction="sum"))
     # NOTE: decoded step by step through the KV cache, as a server does: a teacher-forced
     # argmax can differ from it where two logits nearly tie. A continuation shorter than k

@@ -115,7 +115,8 @@ class _GateRecorder(dict):
     def _gate(self, layer: int, module: V41Engram):  # noqa: ANN202
         def hook(_: object, __: object, kv: torch.Tensor) -> None:
             x, eps = self._inputs.pop(layer), module.config.eps
-            self[layer] = v41_gate_values(x, kv, module.q_weight, module.k_weight, eps).mean(-1)
+            gate = v41_gate_values(x, kv, module.q_weight, module.k_weight, eps)
+            self[layer] = gate.mean(-1).cpu()
 
         return hook
 

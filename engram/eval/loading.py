@@ -28,13 +28,16 @@ def check_engram_model(model_dir: str | Path) -> None:
 
 @contextmanager
 def open_model(
-    model_dir: str | Path, placement: str = "hbm", ssd_dir: str | Path | None = None
+    model_dir: str | Path,
+    placement: str = "hbm",
+    ssd_dir: str | Path | None = None,
+    device: str = "cpu",
 ) -> Iterator[TinyEngramModel]:
-    """The reference model with its tables in ``placement`` (``ssd`` files go to
+    """The reference model on ``device`` with its tables in ``placement`` (``ssd`` files go to
     ``ssd_dir``, or to a temporary directory removed afterwards); tables closed on exit."""
     check_engram_model(model_dir)
     with tempfile.TemporaryDirectory(prefix="engram-eval-") as tmp:
-        model = TinyEngramModel.from_pretrained(model_dir, placement, ssd_dir or tmp)
+        model = TinyEngramModel.from_pretrained(model_dir, placement, ssd_dir or tmp, device)
         try:
             yield model
         finally:

@@ -55,7 +55,9 @@ def _generate(args: argparse.Namespace) -> None:
     if not prompt:
         raise EngramInputError("the prompt is empty")
     with tempfile.TemporaryDirectory(prefix="engram-ssd-") as tmp:
-        model = TinyEngramModel.from_pretrained(args.model, args.placement, args.ssd_dir or tmp)
+        model = TinyEngramModel.from_pretrained(
+            args.model, args.placement, args.ssd_dir or tmp, args.device or _device()
+        )
         try:
             new = model.generate(prompt, args.max_new_tokens)
         finally:
@@ -71,7 +73,7 @@ def _train(args: argparse.Namespace) -> None:
         steps=args.steps,
         minutes=args.minutes,
         threads=args.threads,
-        device=args.device or ("cuda" if torch_cuda() else "cpu"),
+        device=args.device or _device(),
     )
     report = train(args.out, options)
     bits = report["heldout_bits_per_token"]
@@ -79,10 +81,10 @@ def _train(args: argparse.Namespace) -> None:
     print(f"wrote {Path(args.out).resolve()} (train_report.json has the details)")
 
 
-def torch_cuda() -> bool:
+def _device() -> str:
     import torch
 
-    return torch.cuda.is_available()
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _train_tokenizer(args: argparse.Namespace) -> None:
@@ -181,6 +183,7 @@ def parser() -> argparse.ArgumentParser:
         "--ssd-dir", type=Path, help="ssd placement files (default: a temporary directory)"
     )
     gen.add_argument("--max-new-tokens", type=int, default=16)
+    gen.add_argument("--device", help="cpu or cuda (default: cuda when present)")
     gen.set_defaults(func=_generate)
 
     fit = sub.add_parser(

@@ -106,22 +106,26 @@ class TinyEngramModel(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, model_dir: str | Path, placement: str = "hbm", ssd_dir: str | Path | None = None
+        cls,
+        model_dir: str | Path,
+        placement: str = "hbm",
+        ssd_dir: str | Path | None = None,
+        device: torch.device | str = "cpu",
     ) -> TinyEngramModel:
-        """Load a directory written by ``python -m engram.model build``; the Engram rows go
-        to tables of ``placement`` (``ssd`` keeps its files under ``ssd_dir``)."""
+        """Load a directory written by ``python -m engram.model build`` onto ``device``; the
+        Engram rows go to tables of ``placement`` (``ssd`` keeps its files under ``ssd_dir``)."""
         model_dir = Path(model_dir)
         cfg = TinyEngramConfig.from_pretrained(model_dir)
         token_map, _ = build_token_map(load_tokenizer(model_dir))
         with safe_open(str(model_dir / WEIGHTS_FILE), framework="pt") as f:
             tables = {
-                layer: _open_table(f, cfg, layer, placement, ssd_dir)
+                layer: _open_table(f, cfg, layer, placement, ssd_dir, device)
                 for layer in cfg.engram_layer_ids
             }
             model = cls(cfg, tables, token_map)
             dense = {k: f.get_tensor(k) for k in f.keys() if ".engram.embed." not in k}
         model.load_state_dict(dense, strict=True)
-        return model.eval()
+        return model.to(device).eval()
 
     def new_state(self) -> DecodeState:
         return DecodeState(
@@ -168,10 +172,14 @@ class TinyEngramModel(nn.Module):
         if ids.numel() == 0:
             raise EngramInputError("input_ids is empty")
         start = state.length if state is not None else 0
-        positions = torch.arange(start, start + ids.numel())
-        row_ids = self.hasher.hash(ids, state.tail if state is not None else None)
+        # NOTE: hashing stays on the CPU (it needs only the ids); the rest runs where the
+        # weights are.
+        device = self.lm_head.weight.device
+        positions = torch.arange(start, start + ids.numel(), device=device)
+        row_ids = self.hasher.hash(ids, state.tail if state is not None else None).to(device)
         mask = torch.as_tensor(engram_on, dtype=torch.bool).expand(ids.numel())
-        logits = self.run(ids, positions, row_ids, state, None if bool(mask.all()) else mask)
+        mask = None if bool(mask.all()) else mask.to(device)
+        logits = self.run(ids.to(device), positions, row_ids, state, mask)
         if state is not None:
             state.length += ids.numel()
             state.tail = torch.cat([state.tail, ids])[-(self.hasher.window - 1) :]
@@ -222,11 +230,12 @@ def _open_table(
     layer: int,
     placement: str,
     ssd_dir: str | Path | None,
+    device: torch.device | str,
 ) -> EngramTable:
     index = cfg.engram_layer_ids.index(layer)
     rows, dim = cfg.engram_num_embeddings[index], cfg.engram_head_dim
     if placement == "off":
-        return create_table("off", None, None, num_rows=rows, head_dim=dim)
+        return create_table("off", None, None, num_rows=rows, head_dim=dim, device=device)
     weight_name, scale_name = engram_table_names(layer)
     weight, scale = f.get_tensor(weight_name), f.get_tensor(scale_name)  # type: ignore[attr-defined]
     if weight.shape[0] != rows:
@@ -234,4 +243,6 @@ def _open_table(
             f"{weight_name} has {weight.shape[0]:,} rows but engram_num_embeddings says {rows:,}"
         )
     path = Path(ssd_dir) / f"layer_{layer}" if ssd_dir is not None else None
-    return create_table(placement, weight, scale, path=path, head_dim=dim, num_rows=rows)
+    return create_table(
+        placement, weight, scale, device=device, path=path, head_dim=dim, num_rows=rows
+    )
