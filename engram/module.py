@@ -187,18 +187,26 @@ def v41_gate(
     Rows where ``keep`` [T] is true (image tokens) come back unchanged.
     """
     hc, dim = x.shape[-2:]
-    keys = kv[..., : hc * dim].float().unflatten(-1, (hc, dim))
     value = kv[..., hc * dim :].float()
+    gate = v41_gate_values(x, kv, q_weight, k_weight, eps)
+    out = (x.float() + gate.unsqueeze(-1) * value.unsqueeze(-2)).to(x.dtype)
+    if keep is not None:
+        out = torch.where(keep[:, None, None], x, out)
+    return out
+
+
+def v41_gate_values(
+    x: torch.Tensor, kv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """The fp32 gate [T, hc] of each stream of ``x`` [T, hc, D] (also read by gate scans)."""
+    hc, dim = x.shape[-2:]
+    keys = kv[..., : hc * dim].float().unflatten(-1, (hc, dim))
     h = x.float()
     # NOTE: each stream is normalised on its own (over D), not jointly over the streams;
     # the product order below is the one the DSv4.1 kernels use, keep it for bit-exactness.
     norm = torch.rsqrt(h.square().mean(-1) + eps) * torch.rsqrt(keys.square().mean(-1) + eps)
     dot = (h * (q_weight.float() * k_weight.float()) * keys).sum(-1) * norm * dim**-0.5
-    gate = torch.sigmoid(torch.copysign(dot.abs().clamp_min(GATE_FLOOR).sqrt(), dot))
-    out = (h + gate.unsqueeze(-1) * value.unsqueeze(-2)).to(x.dtype)
-    if keep is not None:
-        out = torch.where(keep[:, None, None], x, out)
-    return out
+    return torch.sigmoid(torch.copysign(dot.abs().clamp_min(GATE_FLOOR).sqrt(), dot))
 
 
 class PaperEngram(Engram):

@@ -12,12 +12,14 @@ import dataclasses
 import hashlib
 import json
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
+from engram.errors import EngramConfigError
 from engram.fp8 import quantize_rows
 from engram.model.config import TinyEngramConfig
 from engram.model.modeling import WEIGHTS_FILE, TinyEngramModel, engram_table_names
@@ -108,10 +110,15 @@ def init_weights(
 
 
 BUILD_RECORD = "build_options.json"
+# NOTE: package data: the model ``python -m engram.model train`` wrote (its
+# train_report.json says how); ``build`` copies it unless asked for the random model.
+TRAINED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "tiny-engram"
+TRAIN_REPORT = "train_report.json"
 
 
-def built_with(out: str | Path, options: BuildOptions) -> bool:
-    """Is ``out`` a complete build from exactly these options (and this tokenizer)?"""
+def built_with(out: str | Path, options: BuildOptions | None) -> bool:
+    """Is ``out`` a complete build from exactly these options (and this tokenizer), or
+    with ``None`` a copy of the bundled trained model?"""
     record = Path(out) / BUILD_RECORD
     try:
         return json.loads(record.read_text()) == _record(options)
@@ -119,7 +126,22 @@ def built_with(out: str | Path, options: BuildOptions) -> bool:
         return False
 
 
-def _record(options: BuildOptions) -> dict[str, object]:
+def copy_trained_model(out: str | Path) -> dict[Path, int]:
+    """Write the bundled trained model (and its training report) to ``out``."""
+    if not (TRAINED_MODEL / WEIGHTS_FILE).is_file():
+        raise EngramConfigError(f"the trained tiny model is not bundled here ({TRAINED_MODEL})")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (*MODEL_FILES, TRAIN_REPORT):
+        shutil.copyfile(TRAINED_MODEL / name, out / name)
+    (out / BUILD_RECORD).write_text(json.dumps(_record(None), indent=1, sort_keys=True))
+    return model_files(out)
+
+
+def _record(options: BuildOptions | None) -> dict[str, object]:
+    if options is None:
+        weights = (TRAINED_MODEL / WEIGHTS_FILE).read_bytes()
+        return {"trained_sha256": hashlib.sha256(weights).hexdigest()}
     fields = dataclasses.asdict(options)
     fields["engram_layer_ids"] = list(options.engram_layer_ids)
     return {"options": fields, "tokenizer_sha256": hashlib.sha256(asset_bytes()).hexdigest()}
@@ -133,19 +155,33 @@ def build_tiny_model(out: str | Path, options: BuildOptions | None = None) -> di
     token_map, compressed = build_token_map(Tokenizer.from_str(asset_bytes().decode()))
     cfg = make_config(options, token_map.numel(), compressed)
     tensors = init_weights(cfg, _dense_shapes(cfg, token_map), options.seed)
+    write_model_dir(out, cfg, tensors, asset_bytes().decode())
+    # NOTE: written last: its presence says the build above completed.
+    (Path(out) / BUILD_RECORD).write_text(json.dumps(_record(options), indent=1, sort_keys=True))
+    return model_files(out)
+
+
+MODEL_FILES = ("config.json", WEIGHTS_FILE, "tokenizer.json", "tokenizer_config.json")
+
+
+def write_model_dir(
+    out: str | Path, cfg: TinyEngramConfig, tensors: dict[str, torch.Tensor], tokenizer: str
+) -> None:
+    """The HF-style directory the plugin serves: config, weights, tokenizer files."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     (out / "config.json").write_text(cfg.to_json())
-    (out / "tokenizer.json").write_bytes(asset_bytes())
+    (out / "tokenizer.json").write_text(tokenizer)
     config_text = json.dumps(
         tokenizer_config(cfg.max_position_embeddings), indent=2, sort_keys=True
     )
     (out / "tokenizer_config.json").write_text(config_text + "\n")
-    # NOTE: written last: its presence says the build above completed.
-    (out / BUILD_RECORD).write_text(json.dumps(_record(options), indent=1, sort_keys=True))
-    names = ("config.json", WEIGHTS_FILE, "tokenizer.json", "tokenizer_config.json")
-    return {out / name: (out / name).stat().st_size for name in names}
+
+
+def model_files(out: str | Path) -> dict[Path, int]:
+    """Each file of a model directory and its size."""
+    return {Path(out) / name: (Path(out) / name).stat().st_size for name in MODEL_FILES}
 
 
 def _dense_shapes(cfg: TinyEngramConfig, token_map: torch.Tensor) -> dict[str, tuple[int, ...]]:

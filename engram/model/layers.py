@@ -26,9 +26,10 @@ class RMSNorm(nn.Module):
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Neox-style rotary embedding of ``x`` [T, heads, head_dim] at ``positions`` [T]."""
+    """Neox-style rotary embedding of ``x`` [..., T, heads, head_dim] at ``positions`` [T]."""
     dim = x.shape[-1]
-    inv_freq = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    steps = torch.arange(0, dim, 2, dtype=torch.float32, device=x.device)
+    inv_freq = 1.0 / theta ** (steps / dim)
     angles = positions.float().unsqueeze(-1) * inv_freq  # [T, dim / 2]
     angles = torch.cat([angles, angles], dim=-1).unsqueeze(1)  # [T, 1, dim]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
@@ -61,26 +62,27 @@ class Attention(nn.Module):
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, cache: LayerCache | None
     ) -> torch.Tensor:
-        """``x`` [T, hidden] at ``positions`` [T]; ``cache`` holds the earlier positions'
-        keys and values and is extended with these."""
-        cfg, t = self.cfg, x.shape[0]
-        q = self.q_norm(self.q_proj(x).view(t, cfg.num_attention_heads, cfg.head_dim))
-        k = self.k_norm(self.k_proj(x).view(t, cfg.num_key_value_heads, cfg.head_dim))
-        v = self.v_proj(x).view(t, cfg.num_key_value_heads, cfg.head_dim)
+        """``x`` [..., T, hidden] at ``positions`` [T]; ``cache`` holds the earlier
+        positions' keys and values and is extended with these (leading dims: training
+        batches, without a cache)."""
+        cfg = self.cfg
+        q = self.q_norm(self.q_proj(x).unflatten(-1, (cfg.num_attention_heads, cfg.head_dim)))
+        k = self.k_norm(self.k_proj(x).unflatten(-1, (cfg.num_key_value_heads, cfg.head_dim)))
+        v = self.v_proj(x).unflatten(-1, (cfg.num_key_value_heads, cfg.head_dim))
         q = rotate(q, positions, cfg.rope_theta)
         k = rotate(k, positions, cfg.rope_theta)
         if cache is not None:
             if cache.keys is not None and cache.values is not None:
                 k, v = torch.cat([cache.keys, k]), torch.cat([cache.values, v])
             cache.keys, cache.values = k, v
-        key_pos = torch.arange(k.shape[0])
+        key_pos = torch.arange(k.shape[-3], device=x.device)
         mask = key_pos.unsqueeze(0) <= positions.unsqueeze(1)  # [T, S] causal
-        k = k.repeat_interleave(cfg.kv_groups, dim=1)
-        v = v.repeat_interleave(cfg.kv_groups, dim=1)
+        k = k.repeat_interleave(cfg.kv_groups, dim=-2)
+        v = v.repeat_interleave(cfg.kv_groups, dim=-2)
         out = F.scaled_dot_product_attention(
-            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask
+            q.transpose(-3, -2), k.transpose(-3, -2), v.transpose(-3, -2), attn_mask=mask
         )
-        return self.o_proj(out.transpose(0, 1).reshape(t, cfg.q_size))
+        return self.o_proj(out.transpose(-3, -2).flatten(-2))
 
 
 class MLP(nn.Module):

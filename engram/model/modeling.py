@@ -63,10 +63,15 @@ class DecoderLayer(nn.Module):
         row_ids: torch.Tensor | None,
         cache: LayerCache | None,
         engram_state: EngramState | None,
+        engram_on: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if self.engram is not None and row_ids is not None:
-            # hc_mult is 1: the residual is one stream, [T, 1, hidden] for the gate.
-            x = self.engram(x.unsqueeze(1), row_ids, state=engram_state).squeeze(1)
+        """``engram_on`` [T] (None: all on) says at which positions the Engram layer adds
+        its value; elsewhere it is the identity, as with the ``off`` placement."""
+        active = engram_on is None or bool(engram_on.any())
+        if self.engram is not None and row_ids is not None and active:
+            # hc_mult is 1: the residual is one stream, [..., T, 1, hidden] for the gate.
+            y = self.engram(x.unsqueeze(-2), row_ids, state=engram_state).squeeze(-2)
+            x = y if engram_on is None else torch.where(engram_on.unsqueeze(-1), y, x)
         x = x + self.self_attn(self.input_layernorm(x), positions, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -101,22 +106,26 @@ class TinyEngramModel(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, model_dir: str | Path, placement: str = "hbm", ssd_dir: str | Path | None = None
+        cls,
+        model_dir: str | Path,
+        placement: str = "hbm",
+        ssd_dir: str | Path | None = None,
+        device: torch.device | str = "cpu",
     ) -> TinyEngramModel:
-        """Load a directory written by ``python -m engram.model build``; the Engram rows go
-        to tables of ``placement`` (``ssd`` keeps its files under ``ssd_dir``)."""
+        """Load a directory written by ``python -m engram.model build`` onto ``device``; the
+        Engram rows go to tables of ``placement`` (``ssd`` keeps its files under ``ssd_dir``)."""
         model_dir = Path(model_dir)
         cfg = TinyEngramConfig.from_pretrained(model_dir)
         token_map, _ = build_token_map(load_tokenizer(model_dir))
         with safe_open(str(model_dir / WEIGHTS_FILE), framework="pt") as f:
             tables = {
-                layer: _open_table(f, cfg, layer, placement, ssd_dir)
+                layer: _open_table(f, cfg, layer, placement, ssd_dir, device)
                 for layer in cfg.engram_layer_ids
             }
             model = cls(cfg, tables, token_map)
             dense = {k: f.get_tensor(k) for k in f.keys() if ".engram.embed." not in k}
         model.load_state_dict(dense, strict=True)
-        return model.eval()
+        return model.to(device).eval()
 
     def new_state(self) -> DecodeState:
         return DecodeState(
@@ -124,55 +133,89 @@ class TinyEngramModel(nn.Module):
             engram={layer: EngramState() for layer in self.config.engram_layer_ids},
         )
 
+    def run(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        row_ids: torch.Tensor,
+        state: DecodeState | None = None,
+        engram_on: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (model dtype) of ``ids`` [..., T] at ``positions`` [T] with their hashed
+        ``row_ids`` [..., T, L, C]: the differentiable core that training calls with batches
+        and :meth:`forward` with one sequence and its ``state``."""
+        x = self.model.embed_tokens(ids)
+        for i, layer in enumerate(self.model.layers):
+            index = self.config.engram_index(i)
+            x = layer(
+                x,
+                positions,
+                row_ids[..., index, :] if index is not None else None,
+                state.layers[i] if state is not None else None,
+                state.engram.get(i) if state is not None else None,
+                engram_on,
+            )
+        return self.lm_head(self.model.norm(x))
+
     @torch.inference_mode()
     def forward(
-        self, input_ids: torch.Tensor | Sequence[int], state: DecodeState | None = None
+        self,
+        input_ids: torch.Tensor | Sequence[int],
+        state: DecodeState | None = None,
+        engram_on: torch.Tensor | bool = True,
     ) -> torch.Tensor:
         """fp32 logits [T, vocab] of ``input_ids`` [T]; with ``state`` they continue the
-        sequence it holds (which is then extended), without it they start a new one."""
-        cfg = self.config
+        sequence it holds (which is then extended), without it they start a new one.
+        ``engram_on`` (bool, or bool [T] per position) switches the Engram layers off where
+        false: the ablation regimes of :mod:`engram.eval`."""
         ids = torch.as_tensor(input_ids, dtype=torch.int64).reshape(-1)
         if ids.numel() == 0:
             raise EngramInputError("input_ids is empty")
         start = state.length if state is not None else 0
-        positions = torch.arange(start, start + ids.numel())
-        row_ids = self.hasher.hash(ids, state.tail if state is not None else None)
-        x = self.model.embed_tokens(ids)
-        for i, layer in enumerate(self.model.layers):
-            index = cfg.engram_index(i)
-            x = layer(
-                x,
-                positions,
-                row_ids[:, index] if index is not None else None,
-                state.layers[i] if state is not None else None,
-                state.engram.get(i) if state is not None else None,
-            )
+        # NOTE: hashing stays on the CPU (it needs only the ids); the rest runs where the
+        # weights are.
+        device = self.lm_head.weight.device
+        positions = torch.arange(start, start + ids.numel(), device=device)
+        row_ids = self.hasher.hash(ids, state.tail if state is not None else None).to(device)
+        mask = torch.as_tensor(engram_on, dtype=torch.bool).expand(ids.numel())
+        mask = None if bool(mask.all()) else mask.to(device)
+        logits = self.run(ids.to(device), positions, row_ids, state, mask)
         if state is not None:
             state.length += ids.numel()
             state.tail = torch.cat([state.tail, ids])[-(self.hasher.window - 1) :]
-        return self.lm_head(self.model.norm(x)).float()
+        return logits.float()
 
     @torch.inference_mode()
     def generate(
-        self, prompt_ids: Sequence[int], max_new_tokens: int, *, use_cache: bool = True
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        *,
+        use_cache: bool = True,
+        prefill_engram: bool = True,
+        decode_engram: bool = True,
     ) -> list[int]:
         """Greedy continuation of ``prompt_ids`` (new tokens only; stops after eos).
 
         ``use_cache=False`` recomputes the whole sequence every step (the reference the
-        incremental path is tested against).
+        incremental path is tested against). ``prefill_engram`` / ``decode_engram`` switch
+        the Engram layers at the prompt's / the new tokens' positions (a PD deployment
+        whose decode side runs ``off`` is ``decode_engram=False``).
         """
         out: list[int] = []
         state = self.new_state() if use_cache else None
-        logits = self.forward(list(prompt_ids), state)
+        n = len(prompt_ids)
+        logits = self.forward(list(prompt_ids), state, prefill_engram)
         while len(out) < max_new_tokens:
             token = int(logits[-1].argmax())
             out.append(token)
             if token == self.config.eos_token_id or len(out) == max_new_tokens:
                 break
             if state is not None:
-                logits = self.forward([token], state)
+                logits = self.forward([token], state, decode_engram)
             else:
-                logits = self.forward([*prompt_ids, *out])
+                mask = torch.tensor([prefill_engram] * n + [decode_engram] * len(out))
+                logits = self.forward([*prompt_ids, *out], None, mask)
         return out
 
     def close(self) -> None:
@@ -187,11 +230,12 @@ def _open_table(
     layer: int,
     placement: str,
     ssd_dir: str | Path | None,
+    device: torch.device | str,
 ) -> EngramTable:
     index = cfg.engram_layer_ids.index(layer)
     rows, dim = cfg.engram_num_embeddings[index], cfg.engram_head_dim
     if placement == "off":
-        return create_table("off", None, None, num_rows=rows, head_dim=dim)
+        return create_table("off", None, None, num_rows=rows, head_dim=dim, device=device)
     weight_name, scale_name = engram_table_names(layer)
     weight, scale = f.get_tensor(weight_name), f.get_tensor(scale_name)  # type: ignore[attr-defined]
     if weight.shape[0] != rows:
@@ -199,4 +243,6 @@ def _open_table(
             f"{weight_name} has {weight.shape[0]:,} rows but engram_num_embeddings says {rows:,}"
         )
     path = Path(ssd_dir) / f"layer_{layer}" if ssd_dir is not None else None
-    return create_table(placement, weight, scale, path=path, head_dim=dim, num_rows=rows)
+    return create_table(
+        placement, weight, scale, device=device, path=path, head_dim=dim, num_rows=rows
+    )

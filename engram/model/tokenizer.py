@@ -7,7 +7,7 @@ identical ``tokenizer.json`` without needing the corpus.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,10 @@ SPECIAL_TOKENS = ("<|bos|>", "<|eos|>", "<|pad|>")
 BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID = 0, 1, 2
 
 
-def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 2000) -> str:
-    """Train a byte-level BPE on ``files``; returns its ``tokenizer.json`` text.
+def train_tokenizer(
+    files: Sequence[str | Path] = (), vocab_size: int = 2000, texts: Iterable[str] = ()
+) -> str:
+    """Train a byte-level BPE on ``files`` and ``texts``; returns its ``tokenizer.json``.
 
     The special tokens take ids 0, 1, 2 (bos, eos, pad); all 256 byte symbols are in
     the vocabulary, so any text encodes.
@@ -35,7 +37,10 @@ def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 2000) -> str:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train([str(f) for f in files], trainer)
+    if files:
+        tokenizer.train([str(f) for f in files], trainer)
+    else:
+        tokenizer.train_from_iterator(texts, trainer)
     return tokenizer.to_str()
 
 

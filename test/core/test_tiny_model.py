@@ -46,23 +46,23 @@ def _prompt(cfg: TinyEngramConfig, low: int = 8, high: int = 40) -> list[int]:
 
 def test_reuse_keeps_a_current_build_and_replaces_a_stale_one(model_dir, tmp_path, capsys):
     out = tmp_path / "m"
-    main(["build", "--out", str(out), "--reuse"])
-    assert "wrote the tiny Engram model" in capsys.readouterr().out
+    main(["build", "--random", "--out", str(out), "--reuse"])
+    assert "wrote the random tiny Engram model" in capsys.readouterr().out
     stamp = (out / "model.safetensors").stat().st_mtime_ns
-    main(["build", "--out", str(out), "--reuse"])
-    assert "reusing the tiny Engram model" in capsys.readouterr().out
+    main(["build", "--random", "--out", str(out), "--reuse"])
+    assert "reusing the random tiny Engram model" in capsys.readouterr().out
     assert (out / "model.safetensors").stat().st_mtime_ns == stamp
-    main(["build", "--out", str(out), "--reuse", "--engram-max-ngram-size", "2"])
-    assert "wrote the tiny Engram model" in capsys.readouterr().out  # other options
+    main(["build", "--random", "--out", str(out), "--reuse", "--engram-max-ngram-size", "2"])
+    assert "wrote the random tiny Engram model" in capsys.readouterr().out  # other options
     assert json.loads((out / "config.json").read_text())["engram_max_ngram_size"] == 2
     (out / "build_options.json").unlink()  # a build from before the record existed
-    main(["build", "--out", str(out), "--reuse"])
-    assert "wrote the tiny Engram model" in capsys.readouterr().out
+    main(["build", "--random", "--out", str(out), "--reuse"])
+    assert "wrote the random tiny Engram model" in capsys.readouterr().out
     assert json.loads((out / "config.json").read_text())["engram_max_ngram_size"] == 4
 
 
 def test_build_is_byte_identical_and_cli_reports_sizes(model_dir, tmp_path, capsys):
-    main(["build", "--out", str(tmp_path / "again")])
+    main(["build", "--random", "--out", str(tmp_path / "again")])
     printed = capsys.readouterr().out
     assert str((tmp_path / "again").resolve()) in printed
     for name in FILES:
@@ -76,11 +76,11 @@ def test_build_is_byte_identical_and_cli_reports_sizes(model_dir, tmp_path, caps
 
 
 def test_cli_generates_and_names_bad_options(model_dir, tmp_path, capsys):
-    main(["generate", str(model_dir), "--prompt", "This License", "--max-new-tokens", "5"])
+    main(["generate", "--model", str(model_dir), "This License", "--max-new-tokens", "5"])
     text = capsys.readouterr().out
     assert text.startswith("This License") and len(text.strip()) > len("This License")
     with pytest.raises(SystemExit, match=r"error: engram_layer_ids \[5\] are not layers"):
-        main(["build", "--out", str(tmp_path / "bad"), "--engram-layer-ids", "1", "5"])
+        main(["build", "--random", "--out", str(tmp_path / "bad"), "--engram-layer-ids", "1", "5"])
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the asset's training corpus is not here")
