@@ -127,7 +127,7 @@ class ProcessSupervisor:
             code = self._watch(proc)
             if code is None:  # stop requested; the tree is already down
                 return
-            _kill_leftovers(proc.pid)
+            _stop_group(proc.pid, 5.0)  # what it left behind (children without a death signal)
             with self._lock:
                 self._exit_codes.append(code)
                 if self._restarts >= self.spec.restart.max_restarts:
@@ -168,7 +168,11 @@ class ProcessSupervisor:
             if code is not None:
                 return code
             if self._stop.is_set():
-                self._terminate(proc)
+                self._log("stopping")
+                pids = _stop_group(proc.pid, self.spec.stop_grace_s)
+                proc.wait(timeout=5)
+                with self._lock:
+                    self._killed_pids = pids
                 return None
             if time.monotonic() >= next_check:
                 healthy = probe(self.spec.health_url)
@@ -179,28 +183,6 @@ class ProcessSupervisor:
                     elif not healthy and self._state == "running":
                         self._state = "unhealthy"
             self._stop.wait(0.2)
-
-    def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
-        try:
-            tree = [psutil.Process(proc.pid)]
-            tree += tree[0].children(recursive=True)
-        except psutil.NoSuchProcess:
-            tree = []
-        pids = [p.pid for p in tree]
-        self._log(f"stopping pids {pids}")
-        _signal_group(proc.pid, signal.SIGTERM)
-        _, alive = psutil.wait_procs(tree, timeout=self.spec.stop_grace_s)
-        if alive:
-            _signal_group(proc.pid, signal.SIGKILL)
-            for p in alive:
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            psutil.wait_procs(alive, timeout=5)
-        proc.wait(timeout=5)
-        with self._lock:
-            self._killed_pids = pids
 
     def _log(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -226,24 +208,25 @@ def _die_with_parent() -> None:
     _LIBC.prctl(_PR_SET_PDEATHSIG, _SIGKILL)
 
 
-def _kill_leftovers(pgid: int, grace_s: float = 5.0) -> None:
-    """Stop what a dead process left in its group (children without a death signal)."""
+def _stop_group(pgid: int, grace_s: float) -> list[int]:
+    """TERM a process group (a process and all it started), KILL what outlives ``grace_s``;
+    return the group's pids. pgid == the leader's pid: it leads its own session."""
+    group = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(OSError):
+            if os.getpgid(p.pid) == pgid:
+                group.append(p)
     _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    _signal_group(pgid, signal.SIGKILL)
+    _, alive = psutil.wait_procs(group, timeout=grace_s)
+    if alive:
+        _signal_group(pgid, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=5)
+    return [p.pid for p in group]
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)  # pgid == pid: the process leads its own session
-    except ProcessLookupError:
-        pass
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
 
 
 def probe(url: str, timeout_s: float = 3.0) -> bool:
