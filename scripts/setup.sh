@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtual environment and install sglang-engram into it
-# with SGLang 0.5.23 and the test tools. Idempotent; the first run downloads ~11 GB.
+# with SGLang 0.5.23, the test tools and the cluster extra (Ray, sglang-router).
+# Idempotent; the first run downloads ~11 GB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${ENGRAM_VENV:-.venv}"
@@ -18,5 +19,5 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c "
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 echo "setup: installing sglang-engram (sglang==0.5.23, torch, triton, ray, sglang-router) into $VENV"
-"$VENV/bin/python" -m pip install --quiet --progress-bar off -e ".[test]"
+"$VENV/bin/python" -m pip install --quiet --progress-bar off -e ".[test,cluster]"
 echo "$WANT" > "$STAMP"

@@ -10,6 +10,7 @@ import json
 import os
 import queue
 import random
+import re
 import signal
 import string
 import subprocess
@@ -86,12 +87,45 @@ def _generate_through_router(c: dict) -> None:
     assert out["meta_info"]["decode_port"] == c["decode_port"]
 
 
-def test_detached_up_status_restart_and_down(cluster):
+def _start_up(c: dict, *args: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """`up` in the foreground, as a user runs it; returns it once it says ready."""
+    up = subprocess.Popen(
+        [sys.executable, "-m", "sglang_engram.cluster", "up", c["spec"], *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=c["env"],
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in up.stdout], daemon=True).start()
+    seen: list[str] = []
+
+    def ready() -> bool:
+        while not lines.empty():
+            seen.append(lines.get())
+        assert up.poll() is None, "".join(seen)
+        return any(x.startswith("ready: ") for x in seen)
+
+    try:
+        wait_for(ready, 240, "up to report ready")
+    except BaseException:
+        up.kill()
+        raise
+    c["lines"] = lines
+    return up, seen
+
+
+def _rest(c: dict, seen: list[str]) -> str:
+    time.sleep(0.5)
+    while not c["lines"].empty():
+        seen.append(c["lines"].get())
+    return "".join(seen)
+
+
+def test_up_on_a_ray_cluster_status_restart_and_down(cluster):
     import ray
 
     c = cluster
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, namespace="bystander",
              object_store_memory=100 << 20, log_to_driver=False)  # fmt: skip
+    up = None
     try:
         # Something else on the same Ray cluster, which `down` must leave alone.
         class Bystander:  # defined here: Ray ships it by value
@@ -103,45 +137,47 @@ def test_detached_up_status_restart_and_down(cluster):
         c["env"]["RAY_AUTH_MODE"] = os.environ.get("RAY_AUTH_MODE", "")
         address = ray.get_runtime_context().gcs_address
 
-        # A worker that cannot start: restarted up to the bound, then `up` gives up,
-        # shows its log and stops everything it started.
-        broken = {
-            **c,
-            "env": {
-                **c["env"],
-                "SGLANG_ENGRAM_CLUSTER_WORKER_CMD": f"{sys.executable} /nonexistent/server.py",
-            },
-        }
-        up = _cli(broken, "up", c["spec"], "--address", address, "--detach")
-        assert up.returncode == 1
-        assert "error: prefill-0 failed to start; last lines of" in up.stderr
-        assert "can't open file '/nonexistent/server.py'" in up.stderr
-        assert "gave up after 2 restarts" in up.stderr
+        # A worker command that cannot be spawned fails at once (not after --timeout),
+        # with the reason; everything started is stopped.
+        broken = {**c, "env": {**c["env"], "SGLANG_ENGRAM_CLUSTER_WORKER_CMD": "/nonexistent/srv"}}
+        out = _cli(broken, "up", c["spec"], "--address", address, "--timeout", "1800")
+        assert out.returncode == 1
+        assert "error: prefill-0 failed to start (cannot start: [Errno 2] No such file" in out.stderr
         assert not (c["home"] / c["name"] / "state.json").exists()
         wait_for(lambda: ray.available_resources().get("GPU") == 2, 30, "the GPUs to be free")
 
-        # plan against the Ray cluster: its node and GPUs, nothing started.
+        # Another job holds one of the two GPUs: exactly the worker left without one is
+        # named, once the timeout has passed.
+        holder = ray.remote(num_gpus=1, num_cpus=0)(Bystander).remote()
+        ray.get(holder.pid.remote())
+        out = _cli(c, "up", c["spec"], "--address", address, "--timeout", "20")
+        assert out.returncode == 1
+        late = re.search(r"error: Ray gave no GPUs to (\S+) in time", out.stderr)
+        assert late and late[1] in ("prefill-0", "decode-0"), out.stderr
+        started = {m for m in ("prefill-0", "decode-0") if f"started {m} at" in out.stdout}
+        assert started == set() and f"stopped {late[1]}" not in out.stdout
+        ray.kill(holder)
+        wait_for(lambda: ray.available_resources().get("GPU") == 2, 30, "the GPUs to be free")
+
+        # plan against the Ray cluster: its node, nothing started.
         plan = _cli(c, "plan", c["spec"], "--address", address, "--json", timeout=60)
         assert plan.returncode == 0, plan.stderr
         planned = {w["name"]: w for w in json.loads(plan.stdout)["workers"]}
-        assert sorted(i for w in planned.values() for i in w["gpu_ids"]) == [0, 1]
+        assert [w["gpus"] for w in planned.values()] == [1, 1]
         assert ray.util.list_named_actors(all_namespaces=True) == [
             {"name": "other", "namespace": "bystander"}
         ]
 
-        up = _cli(c, "up", c["spec"], "--address", address, "--detach")
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert "ready: http://" in up.stdout and "detached" in up.stdout
-        again = _cli(c, "up", c["spec"], "--address", address, "--detach")
+        up, seen = _start_up(c, "--address", address)
+        again = _cli(c, "up", c["spec"], "--address", address)
         assert again.returncode == 1 and f"cluster '{c['name']}' is already up" in again.stderr
 
         status = _status(c)
-        assert status["health"] == "healthy"
+        assert status["health"] == "healthy" and status["up_pid"] == up.pid, json.dumps(status)
         prefill, decode = status["workers"]
         assert [prefill["state"], decode["state"]] == ["running", "running"]
         assert sorted(prefill["gpu_ids"] + decode["gpu_ids"]) == ["0", "1"]
-        assert [prefill["host"], decode["host"]] == [planned[w]["host"] for w in planned]
-        assert decode["url"] == planned["decode-0"]["url"]
+        assert [prefill["url"], decode["url"]] == [w["url"] for w in planned.values()]
         assert prefill["router"]["registered"] and decode["router"]["registered"]
         assert prefill["engram"] == [
             {"name": "sglang:engram_table_bytes", "labels": {"tier": "hbm"}, "value": 1048576.0}
@@ -180,6 +216,10 @@ def test_detached_up_status_restart_and_down(cluster):
         down = _cli(c, "down", "--name", c["name"])
         assert down.returncode == 0, down.stdout + down.stderr
         assert f"cluster {c['name']} is down" in down.stdout
+        assert up.wait(timeout=30) == 0
+        out = _rest(c, seen)
+        for name in ("router", "prefill-0", "decode-0"):
+            assert f"stopped {name} (pids " in out
         wait_for(lambda: not any(alive(p) for p in pids), 30, "the cluster's processes to end")
         assert not (c["home"] / c["name"] / "state.json").exists()
         assert ray.get(bystander.pid.remote()) == bystander_pid  # untouched
@@ -188,33 +228,20 @@ def test_detached_up_status_restart_and_down(cluster):
         out = _cli(c, "status", "--name", c["name"], timeout=60)
         assert out.returncode == 1 and f"no cluster named '{c['name']}'" in out.stderr
     finally:
-        if (c["home"] / c["name"] / "state.json").exists():
-            _cli(c, "down", "--name", c["name"])  # the test failed half-way: clean up
+        if up is not None and up.poll() is None:
+            up.terminate()  # the test failed half-way: `up` stops what it started
+            up.wait(timeout=120)
         ray.shutdown()
 
 
-def test_foreground_up_stops_everything_on_ctrl_c(cluster):
+def test_up_with_its_own_ray_stops_everything_on_ctrl_c(cluster):
     c = cluster
-    up = subprocess.Popen(
-        [sys.executable, "-m", "sglang_engram.cluster", "up", c["spec"], "--num-gpus", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=c["env"],
-    )  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in up.stdout], daemon=True).start()
-    seen: list[str] = []
+    up, seen = _start_up(c, "--num-gpus", "2")
     try:
-
-        def ready():
-            while not lines.empty():
-                seen.append(lines.get())
-            assert up.poll() is None, "".join(seen)
-            return any(x.startswith("ready: ") for x in seen)
-
-        wait_for(ready, 240, "up to report ready")
         assert any("waiting for" in x or ": running" in x for x in seen)  # progress shown
         tree = psutil.Process(up.pid).children(recursive=True)
         status = _status(c)  # from another process, through the state file
-        assert status["health"] == "healthy"
+        assert status["health"] == "healthy" and status["local_ray"]
         members = [status["router"], *status["workers"]]
         assert {m["pid"] for m in members} <= {p.pid for p in tree}
         _generate_through_router(c)
@@ -224,11 +251,25 @@ def test_foreground_up_stops_everything_on_ctrl_c(cluster):
     finally:
         if up.poll() is None:
             up.kill()
-    time.sleep(0.5)
-    while not lines.empty():
-        seen.append(lines.get())
-    out = "".join(seen)
+    out = _rest(c, seen)
     for name in ("router", "prefill-0", "decode-0"):
         assert f"stopped {name} (pids " in out
     wait_for(lambda: not any(alive(p.pid) for p in tree), 30, "every process of up to end")
+    assert not (c["home"] / c["name"] / "state.json").exists()
+
+
+def test_a_killed_up_takes_its_cluster_with_it(cluster):
+    c = cluster
+    up, _ = _start_up(c, "--num-gpus", "2")
+    try:
+        members = [(m := _status(c))["router"], *m["workers"]]
+        pids = [m["pid"] for m in members]
+        up.kill()  # SIGKILL: no teardown runs
+        up.wait(timeout=30)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    wait_for(lambda: not any(alive(p) for p in pids), 60, "the cluster's processes to end")
+    out = _cli(c, "status", "--name", c["name"], timeout=60)
+    assert out.returncode == 1 and "is gone" in out.stdout
     assert not (c["home"] / c["name"] / "state.json").exists()

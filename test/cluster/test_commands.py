@@ -7,9 +7,9 @@ import argparse
 from pathlib import Path
 
 import pytest
-from sglang_engram.cluster.placement import Node
+from sglang_engram.cluster.layout import Node
 from sglang_engram.cluster.plan import build_plan
-from sglang_engram.cluster.spec_loader import load_spec
+from sglang_engram.cluster.spec import load_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pd-cluster.yaml"
 pytestmark = pytest.mark.slow  # imports SGLang (~20 s)
@@ -26,8 +26,8 @@ def test_worker_and_router_commands_parse_with_the_real_parsers(tmp_path):
     ServerArgs.add_cli_args(parser)
     add_engram_args(parser)
     prefill, decode = plan.workers
-    p = parser.parse_args(list(prefill.argv[3:]))
-    d = parser.parse_args(list(decode.argv[3:]))
+    p = parser.parse_args(list(prefill.command[3:]))
+    d = parser.parse_args(list(decode.command[3:]))
     assert (p.disaggregation_mode, d.disaggregation_mode) == ("prefill", "decode")
     assert p.disaggregation_transfer_backend == d.disaggregation_transfer_backend == "mooncake"
     assert p.disaggregation_bootstrap_port == prefill.bootstrap_port
@@ -36,7 +36,7 @@ def test_worker_and_router_commands_parse_with_the_real_parsers(tmp_path):
     assert p.enable_metrics and d.enable_metrics
     assert p.model_path == spec.model and p.tp_size == 1 and p.mem_fraction_static == 0.8
 
-    router = parse_router_args(list(plan.router.argv[3:]))
+    router = parse_router_args(list(plan.router.command[3:]))
     assert router.pd_disaggregation
     assert router.prefill_urls == [(prefill.url, prefill.bootstrap_port)]
     assert router.decode_urls == [decode.url]

@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from sglang_engram.cluster.placement import Node, place
+from sglang_engram.cluster.layout import Node, assign_nodes
 from sglang_engram.cluster.plan import WORKER_CMD_ENV, build_plan
-from sglang_engram.cluster.spec import ClusterSpecError
-from sglang_engram.cluster.spec_loader import parse_spec
+from sglang_engram.cluster.spec import ClusterSpecError, parse_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pd-cluster.yaml"
 
@@ -40,7 +39,8 @@ def test_plan_json_on_the_example(tmp_path):
     assert (prefill["role"], decode["role"]) == ("prefill", "decode")
     assert (prefill["port"], prefill["bootstrap_port"]) == (30000, 8998)
     assert (decode["port"], decode["bootstrap_port"]) == (30001, None)
-    assert sorted(prefill["gpu_ids"] + decode["gpu_ids"]) == [0, 1]
+    assert prefill["gpus"] == decode["gpus"] == 1 and "gpu_ids" not in prefill
+    assert prefill["url"] == f"http://{prefill['host']}:30000"
     assert prefill["host"] == decode["host"] == plan["router"]["host"]
     p, d = prefill["command"], decode["command"]
     assert p[1:3] == ["-m", "sglang.launch_server"]
@@ -52,6 +52,7 @@ def test_plan_json_on_the_example(tmp_path):
     assert (_after(p, "--engram-offload"), _after(d, "--engram-offload")) == ("hbm", "off")
     assert _after(p, "--port") == "30000" and _after(p, "--model-path") == "/models/engram-tiny"
     assert prefill["log"] == str(tmp_path / "prefill-0.log")
+    assert plan["router"]["url"] == f"http://{plan['router']['host']}:8000"
     r = plan["router"]["command"]
     assert r[1:3] == ["-m", "sglang_router.launch_router"] and "--pd-disaggregation" in r
     i = r.index("--prefill")
@@ -64,14 +65,8 @@ def test_plan_text_lists_every_process(tmp_path):
     out = _cli("plan", str(EXAMPLE), "--num-gpus", "2", "--log-dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.strip()}
-    assert rows["prefill-0"][1:2] + rows["prefill-0"][4:8] == [
-        "prefill",
-        "[0]",
-        "30000",
-        "8998",
-        "hbm",
-    ]
-    assert rows["decode-0"][1:2] + rows["decode-0"][4:8] == ["decode", "[1]", "30001", "-", "off"]
+    assert rows["prefill-0"][1:2] + rows["prefill-0"][3:7] == ["prefill", "1", "30000", "8998", "hbm"]
+    assert rows["decode-0"][1:2] + rows["decode-0"][3:7] == ["decode", "1", "30001", "-", "off"]
     assert rows["router"][4] == "8000"
     assert "prefill-0:" in out.stdout and "--disaggregation-mode prefill" in out.stdout
     assert "router: " in out.stdout and "--pd-disaggregation" in out.stdout
@@ -94,7 +89,7 @@ def test_plan_reports_bad_specs_and_missing_gpus(tmp_path):
     out = _cli("plan", str(bad), "--num-gpus", "8")
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip() == (
-        "error: workers[0] (prefill): gpus_per_worker 1 is less than tp_size 2; a TP-2 "
+        f"error: {bad}: workers[0]: gpus_per_worker 1 is less than tp_size 2; a TP-2 "
         "server needs at least 2 GPUs"
     )
     out = _cli("plan", str(EXAMPLE), "--num-gpus", "1")
@@ -110,7 +105,7 @@ def test_warnings_show_in_the_plan(tmp_path):
     spec.write_text(EXAMPLE.read_text().replace("engram_offload: hbm", "engram_offload: off"))
     out = _cli("plan", str(spec), "--num-gpus", "2")
     assert out.returncode == 0
-    assert "warning: workers[0] (prefill): engram_offload off on a prefill worker" in out.stdout
+    assert "warning: workers[0]: engram_offload off on a prefill worker" in out.stdout
 
 
 def test_a_worker_larger_than_any_node_is_refused():
@@ -118,7 +113,7 @@ def test_a_worker_larger_than_any_node_is_refused():
     with pytest.raises(
         ClusterSpecError, match="worker p-0 needs 8 GPUs on one node, but the largest node has 4"
     ):
-        place([("p-0", 8)], nodes)
+        assign_nodes([("p-0", 8)], nodes)
 
 
 def test_ports_and_hosts_across_nodes():
@@ -128,35 +123,41 @@ def test_ports_and_hosts_across_nodes():
         "workers": [{"role": "prefill", "count": 3, "tp_size": 2},
                     {"role": "decode", "count": 2, "tp_size": 4}],
     })  # fmt: skip
-    nodes = [Node("10.0.0.1", 8), Node("10.0.0.2", 8)]
+    nodes = [Node("10.0.0.1", 8, "n1"), Node("10.0.0.2", 8, "n2")]
     plan = build_plan(spec, nodes, router_host="10.0.0.9", log_dir="/logs")
     assert [w.port for w in plan.workers] == [40000, 40001, 40002, 40003, 40004]
     assert [w.bootstrap_port for w in plan.workers] == [9000, 9001, 9002, None, None]
     # Largest first: both TP-4 decode workers fill node 1; the three TP-2 prefills node 2.
     assert [w.host for w in plan.workers] == ["10.0.0.2"] * 3 + ["10.0.0.1"] * 2
-    assert [w.node_resource for w in plan.workers][3] == "node:10.0.0.1"
-    r = list(plan.router.argv)
+    assert [w.node_id for w in plan.workers] == ["n2"] * 3 + ["n1"] * 2
+    r = list(plan.router.command)
     assert [r[i + 1] for i, a in enumerate(r) if a == "--prefill"] == [
         w.url for w in plan.workers[:3]
     ]
     assert plan.router.url == "http://10.0.0.9:8000"
 
 
-def test_random_placements_never_overcommit_a_gpu():
+def test_shared_gpus_are_packed_as_ray_packs_them():
+    # 3 x 0.6 GPU is 1.8 GPUs, but no two of them fit on one GPU: a 2-GPU node takes two.
+    with pytest.raises(ClusterSpecError, match=r"worker c \(0.6 GPUs\) does not fit"):
+        assign_nodes([("a", 0.6), ("b", 0.6), ("c", 0.6)], [Node("10.0.0.1", 2)])
+    nodes = [Node("10.0.0.1", 1), Node("10.0.0.2", 1)]
+    got = assign_nodes([("a", 0.6), ("b", 0.4), ("c", 0.6), ("d", 0.4)], nodes)
+    assert {n: node.ip for n, node in got.items()} == {
+        "a": "10.0.0.1", "b": "10.0.0.1", "c": "10.0.0.2", "d": "10.0.0.2"
+    }  # fmt: skip
+
+
+def test_random_assignments_never_overcommit_a_node():
     rng = random.Random()
     for _ in range(200):
         nodes = [Node(f"10.0.0.{i}", rng.choice([1, 2, 4, 8])) for i in range(rng.randint(1, 4))]
         demands = [(f"w{i}", rng.choice([0.25, 0.5, 1, 2, 4, 8])) for i in range(rng.randint(1, 8))]
         try:
-            slots = place(demands, nodes)
+            got = assign_nodes(demands, nodes)
         except ClusterSpecError as exc:
             assert "GPUs" in str(exc)
             continue
-        used: dict[tuple[str, int], float] = {}
-        for name, gpus in demands:
-            slot = slots[name]
-            assert len(slot.gpu_ids) == max(1, int(gpus))
-            assert all(0 <= i < slot.node.gpus for i in slot.gpu_ids)
-            for i in slot.gpu_ids:
-                used[(slot.node.ip, i)] = used.get((slot.node.ip, i), 0) + min(gpus, 1)
-        assert all(share <= 1 + 1e-9 for share in used.values())
+        assert list(got) == [name for name, _ in demands]
+        for node in nodes:
+            assert sum(g for name, g in demands if got[name] is node) <= node.gpus + 1e-9

@@ -6,8 +6,7 @@ import copy
 from pathlib import Path
 
 import pytest
-from sglang_engram.cluster.spec import ENGRAM_OFFLOADS, ClusterSpecError
-from sglang_engram.cluster.spec_loader import load_spec, parse_spec
+from sglang_engram.cluster.spec import ENGRAM_OFFLOADS, ClusterSpecError, load_spec, parse_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pd-cluster.yaml"
 
@@ -44,11 +43,11 @@ def test_example_spec_is_the_issue_deployment():
     spec = load_spec(EXAMPLE)
     assert spec.name == "pd-cluster"
     assert spec.transfer_backend in ("mooncake", "nixl")
-    (prefill,) = [g for g in spec.groups if g.role == "prefill"]
-    (decode,) = [g for g in spec.groups if g.role == "decode"]
+    (prefill,) = [g for g in spec.workers if g.role == "prefill"]
+    (decode,) = [g for g in spec.workers if g.role == "decode"]
     assert (prefill.count, prefill.engram_offload) == (1, "hbm")
     assert (decode.count, decode.engram_offload) == (1, "off")
-    assert spec.warnings == ()
+    assert spec.warnings == []
     # The commented variant is the same decode group with the tables in DRAM.
     text = EXAMPLE.read_text()
     assert "#   engram_offload: dram" in text
@@ -62,18 +61,18 @@ def test_yaml_bare_off_means_off(tmp_path):
     )
     spec = load_spec(path)
     assert spec.name == "s"
-    assert [g.engram_offload for g in spec.groups] == ["dram", "off"]
-    assert spec.groups[1].engram_flags == ["--engram-offload", "off"]
+    assert [g.engram_offload for g in spec.workers] == ["dram", "off"]
+    assert spec.workers[1].engram_flags == ["--engram-offload", "off"]
 
 
 def test_unknown_keys_are_named_with_a_suggestion():
     msg = _error(_spec(transfer_backnd="nixl"))
-    assert "unknown key 'transfer_backnd'" in msg and "did you mean 'transfer_backend'" in msg
+    assert msg.startswith("spec: transfer_backnd: unknown key (did you mean 'transfer_backend'?)")
     msg = _error(_group(1, engram_offlod="dram"))
-    assert msg.startswith("workers[1] (decode): unknown key 'engram_offlod'")
-    assert "did you mean 'engram_offload'" in msg
+    assert msg.startswith("spec: workers[1].engram_offlod: unknown key (did you mean 'engram_offload'?)")
     msg = _error(_spec(router={"port": 8000, "polcy": "random"}))
-    assert "router: unknown key 'polcy'" in msg
+    assert msg.startswith("spec: router.polcy: unknown key (did you mean 'policy'?)")
+    assert "\n" not in msg
 
 
 @pytest.mark.parametrize(
@@ -83,37 +82,40 @@ def test_unknown_keys_are_named_with_a_suggestion():
         ({"tp_size": 2, "gpus_per_worker": 3}, "gpus_per_worker 3 is not a multiple of tp_size 2"),
         ({"tp_size": 2, "gpus_per_worker": 0.5}, "shares a GPU, which only works with tp_size 1"),
         ({"gpus_per_worker": 1.5}, "gpus_per_worker 1.5 must be a whole number"),
-        ({"gpus_per_worker": 0}, "gpus_per_worker must be positive"),
-        ({"count": 0}, "count must be at least 1"),
-        ({"tp_size": 0}, "tp_size must be at least 1"),
+        ({"gpus_per_worker": 0}, "gpus_per_worker: Input should be greater than 0, not 0"),
+        ({"count": 0}, "count: Input should be greater than or equal to 1, not 0"),
+        ({"tp_size": 0}, "tp_size: Input should be greater than or equal to 1"),
     ],
 )
 def test_impossible_gpu_counts(changes, expected):
     msg = _error(_group(0, **changes))
-    assert msg.startswith("workers[0] (prefill): ")
+    assert msg.startswith("spec: workers[0]")
     assert expected in msg
 
 
 def test_gpus_default_to_tp_size_and_may_be_shared():
     spec = parse_spec(_group(0, tp_size=4))
-    assert spec.groups[0].gpus_per_worker == 4
+    assert spec.workers[0].gpus_per_worker == 4
     spec = parse_spec(_group(1, gpus_per_worker=0.5))
-    assert spec.groups[1].gpus_per_worker == 0.5
+    assert spec.workers[1].gpus_per_worker == 0.5
 
 
 def test_off_on_prefill_warns_and_on_decode_does_not():
     spec = parse_spec(_group(0, engram_offload="off"))
     (warning,) = spec.warnings
-    assert "workers[0] (prefill): engram_offload off on a prefill worker" in warning
-    assert parse_spec(VALID).warnings == ()
+    assert "workers[0]: engram_offload off on a prefill worker" in warning
+    assert parse_spec(VALID).warnings == []
 
 
 def test_engram_options_checked_against_the_placement():
     assert "engram_offload ssd needs engram_ssd_dir" in _error(_group(0, engram_offload="ssd"))
-    assert "engram_offload 'nvme' is not one of hbm, dram, ssd, off" in _error(
-        _group(0, engram_offload="nvme")
+    assert (
+        "workers[0].engram_offload: Input should be 'hbm', 'dram', 'ssd' or 'off', not 'nvme'"
+        in _error(_group(0, engram_offload="nvme"))
     )
-    assert "engram_hot_cache_gb must be zero or more" in _error(_group(1, engram_hot_cache_gb=-1))
+    assert "engram_hot_cache_gb: Input should be greater than or equal to 0" in _error(
+        _group(1, engram_hot_cache_gb=-1)
+    )
     spec = parse_spec(_group(0, engram_offload="hbm", engram_hot_cache_gb=2))
     assert "engram_offload hbm ignores engram_hot_cache_gb (only dram or ssd)" in spec.warnings[0]
     group = parse_spec(
@@ -125,7 +127,7 @@ def test_engram_options_checked_against_the_placement():
             engram_prefetch=False,
             engram_hot_cache_gb=1.5,
         )
-    ).groups[0]
+    ).workers[0]
     assert group.engram_flags == [
         "--engram-offload", "ssd", "--engram-ssd-dir", "/nvme/t", "--no-engram-prefetch",
         "--engram-hot-cache-gb", "1.5", "--engram-ram-cache-gb", "8",
@@ -133,35 +135,43 @@ def test_engram_options_checked_against_the_placement():
 
 
 def test_roles_backend_and_required_keys():
-    assert "role must be prefill or decode, not 'mixed'" in _error(_group(0, role="mixed"))
+    assert "role: Input should be 'prefill' or 'decode', not 'mixed'" in _error(
+        _group(0, role="mixed")
+    )
     assert "no decode worker group" in _error(
         _spec(workers=[{"role": "prefill"}, {"role": "prefill", "name": "p2"}])
     )
     assert "two worker groups are named 'prefill'" in _error(
         _spec(workers=[{"role": "prefill"}, {"role": "prefill"}, {"role": "decode"}])
     )
-    assert "transfer_backend 'tcp' is not one of mooncake, mooncake_tcp, nixl, fake" in _error(
-        _spec(transfer_backend="tcp")
+    assert (
+        "transfer_backend: Input should be 'mooncake', 'mooncake_tcp', 'nixl' or 'fake', not 'tcp'"
+        in _error(_spec(transfer_backend="tcp"))
     )
     data = _spec()
     del data["model"]
-    assert "missing required key 'model'" in _error(data)
-    assert "'count' must be a whole number, not True" in _error(_group(0, count=True))
+    assert _error(data) == "spec: model: required key is missing"
+    assert "workers[0].count: Input should be a valid integer, not True" in _error(
+        _group(0, count=True)
+    )
+    assert "workers: must not be empty" in _error(_spec(workers=[]))
+    assert "workers[1].name: must use lowercase letters" in _error(_group(1, name="Decode"))
     fake = parse_spec(_spec(transfer_backend="fake"))
     assert any("fake moves no KV cache" in w for w in fake.warnings)
 
 
 def test_extra_args_may_not_set_launcher_flags():
     msg = _error(_group(1, extra_args=["--port=4000"]))
-    assert "extra_args sets --port, which the launcher sets from the spec" in msg
+    assert "workers[1].extra_args: sets --port, which the launcher sets from the spec" in msg
     msg = _error(_spec(router={"extra_args": ["--decode", "http://x:1"]}))
-    assert msg.startswith("router: extra_args sets --decode")
+    assert msg.startswith("spec: router.extra_args: sets --decode")
     spec = parse_spec(_group(0, extra_args=["--mem-fraction-static", 0.5]))
-    assert spec.groups[0].extra_args == ("--mem-fraction-static", "0.5")
+    assert spec.workers[0].extra_args == ("--mem-fraction-static", "0.5")
 
 
 def test_overlapping_ports_are_refused():
     msg = _error(_spec(base_port=8000, router={"port": 8001}))
+    assert msg.startswith("spec: worker ports")
     assert "worker ports 8000-8001 overlap router port 8001" in msg
     msg = _error(_spec(bootstrap_base_port=30001))
     assert "worker ports 30000-30001 overlap bootstrap ports 30001" in msg
@@ -175,6 +185,15 @@ def test_unreadable_and_malformed_files(tmp_path):
     bad.write_text("workers: [\n")
     with pytest.raises(ClusterSpecError, match="is not valid YAML"):
         load_spec(bad)
+    # A schema error names the file and the field, on one line.
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("model: /m\ntransfer_backend: nixl\nworkers:\n  - {role: prefill}\n"
+                     "  - {role: decode, count: two}\n")  # fmt: skip
+    with pytest.raises(ClusterSpecError) as info:
+        load_spec(wrong)
+    assert str(info.value) == (
+        f"{wrong}: workers[1].count: Input should be a valid integer, not 'two'"
+    )
 
 
 def test_offload_choices_match_the_plugin_placements():
@@ -182,3 +201,12 @@ def test_offload_choices_match_the_plugin_placements():
 
     # Every placement the plugin's --engram-offload accepts can be named in a spec.
     assert set(placement_names()) <= set(ENGRAM_OFFLOADS)
+
+
+def test_restart_policy_is_checked():
+    assert parse_spec(_spec(restart={"max_restarts": 5})).restart.max_restarts == 5
+    msg = _error(_spec(restart={"backoff_s": 5, "max_backoff_s": 1}))
+    assert msg == "spec: restart: max_backoff_s must be at least backoff_s"
+    assert "restart.max_restarts: Input should be greater than or equal to 0" in _error(
+        _spec(restart={"max_restarts": -1})
+    )

@@ -1,5 +1,6 @@
-"""ProcessSupervisor on real processes: health, bounded restarts, whole-tree stop.
-Also the /metrics parser that `status` uses for the Engram gauges."""
+"""ProcessSupervisor on real processes: health, bounded restarts, whole-tree stop, a
+command that cannot start. Also the /metrics reader that `status` uses for the Engram
+gauges."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import time
 from pathlib import Path
 
 import psutil
-from sglang_engram.cluster.metrics import parse_engram_gauges, summarize
-from sglang_engram.cluster.supervisor import ProcessSpec, ProcessSupervisor, RestartPolicy
+import pytest
+from sglang_engram.cluster.engram_gauges import parse_engram_gauges, summarize
+from sglang_engram.cluster.spec import RestartPolicy
+from sglang_engram.cluster.supervisor import ProcessSpec, ProcessSupervisor
 
 # Serves /health, and forks a grandchild that sleeps (like SGLang's scheduler processes).
 SERVER = """
@@ -64,8 +67,29 @@ def test_restarts_with_backoff_then_gives_up(tmp_path):
     assert time.monotonic() - start >= 0.3 + 0.5  # both backoffs were waited out
     log = Path(spec.log_path).read_text()
     assert log.count("\nup\n") + log.startswith("up\n") == 3
-    assert "gave up after 2 restarts" in log
+    assert "gave up after 2 restarts" in log and snap["error"].endswith("gave up after 2 restarts")
     assert [policy.delay(n) for n in (1, 2, 3)] == [0.3, 0.5, 0.5]
+    sup.stop()
+    assert sup.state == "failed"
+
+
+@pytest.mark.parametrize("broken", ["command", "log"])
+def test_a_process_that_cannot_be_spawned_fails_at_once(tmp_path, broken):
+    missing = tmp_path / f"no-such-{random.randint(0, 10**9)}"
+    log = tmp_path / "server.log"
+    if broken == "log":
+        log.mkdir()  # a log that cannot be written (even by root)
+    argv = (str(missing),) if broken == "command" else (sys.executable, "-c", "pass")
+    sup = ProcessSupervisor(ProcessSpec(name="x", argv=argv, log_path=str(log),
+                                        health_url="http://127.0.0.1:1/health",
+                                        restart=RestartPolicy(max_restarts=3, backoff_s=60)))  # fmt: skip
+    sup.start()
+    # NOTE: failed well before the first 60 s backoff: a spawn error is not retried.
+    _until(lambda: sup.state == "failed", timeout_s=10)
+    snap = sup.snapshot()
+    assert snap["restarts"] == 0 and snap["pid"] is None
+    reason = str(missing) if broken == "command" else "Is a directory"
+    assert snap["error"].startswith("cannot start: ") and reason in snap["error"]
     sup.stop()
     assert sup.state == "failed"
 
@@ -100,7 +124,7 @@ def test_health_restart_and_stop_of_the_whole_tree(tmp_path):
     assert "restart 1 in 0.2s" in Path(spec.log_path).read_text()
 
 
-def test_engram_gauges_are_parsed_and_the_rest_ignored():
+def test_engram_gauges_are_read_and_the_rest_ignored():
     dram = random.randint(1, 1 << 40)
     ratio = random.random()
     text = f"""# HELP sglang:engram_table_bytes Engram table bytes held
@@ -126,7 +150,6 @@ sglang:num_running_reqs{{model_name="m"}} 3.0
     ]
     line = summarize(gauges)
     assert line.startswith("table_bytes{tier=dram}=") and f"hot_cache_hit_ratio={ratio:g}" in line
-    assert summarize(parse_engram_gauges('sglang:engram_table_bytes{tier="hbm"} 3221225472\n')) == (
-        "table_bytes{tier=hbm}=3.0GiB"
-    )
+    one = '# TYPE sglang:engram_table_bytes gauge\nsglang:engram_table_bytes{tier="hbm"} 3221225472\n'
+    assert summarize(parse_engram_gauges(one)) == "table_bytes{tier=hbm}=3.0GiB"
     assert parse_engram_gauges("") == [] and summarize([]) == "no engram metrics"

@@ -112,12 +112,15 @@ def metrics_after(url: str, before: dict[str, float], name: str, timeout_s: floa
 
 
 def metrics(url: str) -> dict[str, float]:
-    """``sglang:engram_*`` samples of /metrics, summed over labels."""
+    """``sglang:engram_*`` samples of /metrics (``..._total``, ``..._count``, ...), summed
+    over labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
         text = r.read().decode()
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("sglang:engram_"):
-            name = line.split("{")[0].split(" ")[0]
-            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.startswith("sglang:engram_"):
+                out[s.name] = out.get(s.name, 0.0) + s.value
     return out

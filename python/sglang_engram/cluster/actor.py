@@ -1,10 +1,10 @@
 """The Ray actor that hosts one supervised process (an SGLang worker or the router).
 
-Ray places the actor (a worker's actor inside its placement group, so it holds that
-worker's GPUs and Ray sets CUDA_VISIBLE_DEVICES for it); the actor runs the real process
-under a :class:`ProcessSupervisor` and, for a worker, keeps its router registration in
-step (:class:`RouterRegistrar`). Actors are named and detached in the cluster's
-namespace, so ``status`` and ``down`` find them from any process.
+Ray schedules the actor on its planned node with the worker's GPUs (and sets
+CUDA_VISIBLE_DEVICES for it); the actor runs the real process under a
+:class:`ProcessSupervisor` and, for a worker, keeps its router registration in step
+(:class:`RouterRegistrar`). Actors are named in the cluster's Ray namespace and belong
+to the ``up`` that created them.
 """
 
 from __future__ import annotations
@@ -14,23 +14,17 @@ from typing import Any
 
 import ray
 
-from sglang_engram.cluster.metrics import fetch_engram_gauges
+from sglang_engram.cluster.engram_gauges import fetch_engram_gauges
 from sglang_engram.cluster.registration import Registration, RouterRegistrar
 from sglang_engram.cluster.supervisor import ProcessSpec, ProcessSupervisor
 
 
 class ServerActor:
-    def __init__(
-        self,
-        spec: ProcessSpec,
-        *,
-        role: str,
-        port: int,
-        bootstrap_port: int | None = None,
-    ) -> None:
+    def __init__(self, spec: ProcessSpec, *, role: str, port: int,
+                 bootstrap_port: int | None = None) -> None:  # fmt: skip
         self.role = role
-        self.port = port
         self.host = ray.util.get_node_ip_address()
+        self.url = f"http://{self.host}:{port}"
         self.gpu_ids = [str(i) for i in ray.get_gpu_ids()]
         self.supervisor = ProcessSupervisor(spec)
         self.registrar: RouterRegistrar | None = None
@@ -39,19 +33,14 @@ class ServerActor:
                 Registration(self.url, role, bootstrap_port), self._worker_state
             )
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
     def _worker_state(self) -> tuple[bool, int]:
         # NOTE: a worker stays registered while its process lives (once it has answered
         # /health); the router's own health checks handle a live but unhealthy one.
-        up = self.supervisor.state in ("running", "unhealthy")
-        return up, self.supervisor.restarts
+        return self.supervisor.state in ("running", "unhealthy"), self.supervisor.restarts
 
     def start(self) -> dict[str, Any]:
         self.supervisor.start()
-        return {"host": self.host, "url": self.url, "gpu_ids": self.gpu_ids}
+        return {"url": self.url, "gpu_ids": self.gpu_ids}
 
     def attach_router(self, router_url: str) -> None:
         if self.registrar is not None:
@@ -59,13 +48,8 @@ class ServerActor:
 
     def status(self) -> dict[str, Any]:
         status = self.supervisor.snapshot()
-        status.update(
-            role=self.role,
-            host=self.host,
-            url=self.url,
-            gpu_ids=self.gpu_ids,
-            supervisor_pid=os.getpid(),
-        )
+        status.update(role=self.role, host=self.host,
+                      url=self.url, gpu_ids=self.gpu_ids, supervisor_pid=os.getpid())  # fmt: skip
         if self.registrar is not None:
             status["router"] = self.registrar.snapshot()
             alive = status["state"] in ("running", "unhealthy")

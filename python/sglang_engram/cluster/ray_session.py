@@ -1,16 +1,13 @@
-"""Connecting to Ray: an existing cluster (``--address`` / ``RAY_ADDRESS``) or a local one.
-
-A local cluster is started inside the ``up`` process and lives exactly as long as it;
-that is why ``up --detach`` needs an existing cluster.
-"""
+"""Connecting to Ray: an existing cluster (``--address`` / ``RAY_ADDRESS``) or a local one,
+which is started inside the ``up`` process and lives exactly as long as it."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
-import os
 import socket
 
-from sglang_engram.cluster.placement import Node
+from sglang_engram.cluster.layout import Node
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 # NOTE: the launcher puts nothing in Ray's object store; a small one spares /dev/shm.
@@ -19,6 +16,19 @@ _LOCAL_OBJECT_STORE_BYTES = 256 << 20
 
 class RayUnreachable(ConnectionError):
     """The Ray cluster named by the address does not answer."""
+
+
+def missing_packages() -> list[str]:
+    """The packages of the ``cluster`` extra that cannot be imported here."""
+    missing = []
+    for module, package in (("ray", "Ray"), ("sglang_router", "sglang-router")):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(package)
+    return missing
 
 
 def connect(
@@ -47,21 +57,6 @@ def connect(
         **common,
     )
     return ray.get_runtime_context().gcs_address, True
-
-
-def auth_mode() -> str | None:
-    """The token-auth mode this process talks to Ray with (a new local cluster sets it)."""
-    return os.environ.get(AUTH_MODE_ENV)
-
-
-def use_auth_mode(mode: str | None) -> None:
-    """Talk to a cluster with the auth mode ``up`` used, unless the caller chose one.
-
-    NOTE: Ray turns token auth on for a cluster that ``ray.init`` starts, but a driver
-    joining by explicit address only sends the token when RAY_AUTH_MODE says so.
-    """
-    if mode and AUTH_MODE_ENV not in os.environ:
-        os.environ[AUTH_MODE_ENV] = mode
 
 
 def check_reachable(address: str, timeout_s: float = 3.0) -> None:

@@ -6,6 +6,10 @@ and bootstrap port. A restart that happens between two checks is caught by the
 process's incarnation (its restart count): the router's entry for an earlier
 incarnation is removed and replaced. The loop compares what should be with what the
 router lists, so it also repairs the registration after the router itself restarts.
+
+The router's API (sglang-router 0.3.2): ``GET /workers`` lists the workers (id, url,
+worker_type, is_healthy, bootstrap_port); ``POST /workers`` queues a registration and
+``DELETE /workers/{id}`` a removal (both answer 202 and finish in the background).
 """
 
 from __future__ import annotations
@@ -16,10 +20,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_engram.cluster import router_api
+import requests
 
 # A queued add/remove that the router has not applied after this long is sent again.
 _PENDING_S = 30.0
+
+
+class RouterError(RuntimeError):
+    """The router did not answer, or answered with an error."""
+
+
+def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    try:
+        resp = requests.request(method, url, json=body, timeout=5)
+        resp.raise_for_status()
+    except requests.HTTPError as exc:
+        raise RouterError(f"{method} {url}: HTTP {exc.response.status_code} "
+                          f"{exc.response.text[:200]}") from None  # fmt: skip
+    except requests.RequestException as exc:
+        raise RouterError(f"{method} {url}: {exc}") from None
+    return resp.json() if resp.content else None
+
+
+def list_workers(router_url: str) -> list[dict[str, Any]]:
+    return list(_call("GET", f"{router_url}/workers").get("workers", []))
 
 
 @dataclass(frozen=True)
@@ -27,6 +51,17 @@ class Registration:
     worker_url: str
     role: str
     bootstrap_port: int | None
+
+    def find(self, router_url: str) -> dict[str, Any] | None:
+        url = self.worker_url.rstrip("/")
+        return next((w for w in list_workers(router_url) if w.get("url", "").rstrip("/") == url),
+                    None)  # fmt: skip
+
+    def add(self, router_url: str) -> None:
+        body: dict[str, Any] = {"url": self.worker_url, "worker_type": self.role}
+        if self.bootstrap_port is not None:
+            body["bootstrap_port"] = self.bootstrap_port
+        _call("POST", f"{router_url}/workers", body)
 
 
 # () -> (should be registered: alive and healthy, incarnation: restarts so far)
@@ -41,13 +76,10 @@ class RouterRegistrar:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._registered: bool | None = None
         self._incarnation = 0  # the incarnation the router's entry was made for
-        self._worker_id: str | None = None
-        self._reregistrations = 0
-        self._removals = 0
-        self._error: str | None = None
         self._pending: tuple[str, float] | None = None
+        self._snapshot: dict[str, Any] = {"registered": None, "worker_id": None,
+                                          "reregistrations": 0, "removals": 0, "error": None}  # fmt: skip
 
     def attach(self, router_url: str, interval_s: float = 2.0) -> None:
         """Start reconciling against the router at ``router_url``, which registered the
@@ -68,14 +100,7 @@ class RouterRegistrar:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {
-                "router": self._router_url,
-                "registered": self._registered,
-                "worker_id": self._worker_id,
-                "reregistrations": self._reregistrations,
-                "removals": self._removals,
-                "error": self._error,
-            }
+            return {"router": self._router_url, **self._snapshot}
 
     def _loop(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
@@ -85,36 +110,34 @@ class RouterRegistrar:
         try:
             self._reconcile()
             error = None
-        except router_api.RouterError as exc:
+        except RouterError as exc:
             error = str(exc)
         with self._lock:
-            self._error = error
+            self._snapshot["error"] = error
 
     def _reconcile(self) -> None:
         assert self._router_url is not None
-        reg = self.registration
         want, incarnation = self._worker_state()
-        entry = router_api.find_worker(self._router_url, reg.worker_url)
-        pending = self._pending
+        entry = self.registration.find(self._router_url)
+        pending, counts = self._pending, self._snapshot
         if pending is not None:
             action, since = pending
-            done = (action == "add") == (entry is not None)
-            if done or time.monotonic() - since > _PENDING_S:
+            if (action == "add") == (entry is not None) or time.monotonic() - since > _PENDING_S:
                 pending = None
         stale = entry is not None and incarnation != self._incarnation
         if pending is None and entry is not None and (stale or not want):
-            router_api.remove_worker(self._router_url, entry["id"])
+            _call("DELETE", f"{self._router_url}/workers/{entry['id']}")
             pending = ("remove", time.monotonic())
             with self._lock:
-                self._removals += 1
+                counts["removals"] += 1
         elif pending is None and entry is None and want:
-            router_api.add_worker(self._router_url, reg.worker_url, reg.role, reg.bootstrap_port)
+            self.registration.add(self._router_url)
             pending = ("add", time.monotonic())
             self._incarnation = incarnation
             with self._lock:
-                self._reregistrations += 1
+                counts["reregistrations"] += 1
+        self._pending = pending
         with self._lock:
-            self._pending = pending
             # NOTE: a worker whose removal is queued no longer counts as registered.
-            self._registered = entry is not None and (pending is None or pending[0] == "add")
-            self._worker_id = None if entry is None else entry.get("id")
+            counts["registered"] = entry is not None and (pending is None or pending[0] == "add")
+            counts["worker_id"] = None if entry is None else entry.get("id")

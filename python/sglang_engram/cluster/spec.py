@@ -1,71 +1,135 @@
 """The cluster spec: the model, the transfer backend, the router and groups of prefill /
-decode workers, as read from YAML by :mod:`sglang_engram.cluster.spec_loader`.
+decode workers, read from YAML and checked by one pydantic schema.
 
-A spec is pure data; where each worker runs and which ports it gets is the plan's job
-(:mod:`sglang_engram.cluster.plan`).
+Every mistake ends as one line naming the file and the field (``load_spec``);
+questionable but legal choices (Engram off on a prefill worker, the fake transfer
+backend) become ``warnings``. Where each worker runs is the plan's job.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+import difflib
+from pathlib import Path
+from typing import Any, Literal
 
-from sglang_engram.cluster.supervisor import RestartPolicy
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from sglang_engram.config import DEFAULT_OFFLOAD
 from sglang_engram.flags import ENGRAM_FLAGS
 
-ROLES = ("prefill", "decode")
-# NOTE: SGLang 0.5.23's names; mooncake_tcp is mooncake without RDMA.
-TRANSFER_BACKENDS = ("mooncake", "mooncake_tcp", "nixl", "fake")
 # NOTE: mirrors the plugin's --engram-offload choices (engram.tables.PLACEMENTS); kept
 # here so that reading a spec imports no torch. test_spec checks the two agree.
 ENGRAM_OFFLOADS = ("hbm", "dram", "ssd", "off")
-ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
-# Flags the launcher sets itself; a group's extra_args may not set them.
+NAME = r"^[a-z0-9][a-z0-9-]*$"
+# Flags the launcher sets itself; extra_args may not set them.
 MANAGED_WORKER_FLAGS = (
-    "--model-path",
-    "--model",
-    "--host",
-    "--port",
-    "--tp-size",
-    "--tensor-parallel-size",
-    "--disaggregation-mode",
-    "--disaggregation-transfer-backend",
-    "--disaggregation-bootstrap-port",
-    *ENGRAM_FLAGS,
+    *("--model-path", "--model", "--host", "--port", "--tp-size", "--tensor-parallel-size"),
+    *("--disaggregation-mode", "--disaggregation-transfer-backend"),
+    *("--disaggregation-bootstrap-port", *ENGRAM_FLAGS),
 )
-MANAGED_ROUTER_FLAGS = (
-    "--host",
-    "--port",
-    "--pd-disaggregation",
-    "--prefill",
-    "--decode",
-    "--worker-urls",
-    "--policy",
-    "--prometheus-port",
-)
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+MANAGED_ROUTER_FLAGS = ("--host", "--port", "--pd-disaggregation", "--prefill", "--decode",
+                        "--worker-urls", "--policy", "--prometheus-port")  # fmt: skip
 
 
 class ClusterSpecError(ValueError):
     """The spec file is missing, malformed or asks for something impossible."""
 
 
-@dataclass(frozen=True)
-class WorkerGroup:
+class _Model(BaseModel):
+    # NOTE: strict: a `true` where a number belongs, or "2" for 2, is a mistake.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _extra_args(raw: Any, managed: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(raw, list | tuple) or not all(
+        isinstance(a, str | int | float) and not isinstance(a, bool) for a in raw
+    ):
+        raise ValueError("must be a list of strings")
+    args = tuple(str(a) for a in raw)
+    for flag in (a.split("=", 1)[0] for a in args):
+        if flag in managed:
+            raise ValueError(f"sets {flag}, which the launcher sets from the spec")
+    return args
+
+
+class RestartPolicy(_Model):
+    """Bounded restarts: the n-th restart waits backoff_s * 2**(n-1), at most max_backoff_s."""
+
+    max_restarts: int = Field(3, ge=0)
+    backoff_s: float = Field(2.0, ge=0)
+    max_backoff_s: float = 60.0
+
+    @model_validator(mode="after")
+    def check_bounds(self) -> RestartPolicy:
+        if self.max_backoff_s < self.backoff_s:
+            raise ValueError("max_backoff_s must be at least backoff_s")
+        return self
+
+    def delay(self, restart: int) -> float:
+        return min(self.backoff_s * 2 ** (restart - 1), self.max_backoff_s)
+
+
+class RouterSpec(_Model):
+    port: int = 8000
+    policy: Literal["random", "round_robin", "cache_aware", "power_of_two"] = "cache_aware"
+    prometheus_port: int = 29000
+    extra_args: tuple[str, ...] = ()
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def check_extra_args(cls, raw: Any) -> tuple[str, ...]:
+        return _extra_args(raw, MANAGED_ROUTER_FLAGS)
+
+
+class WorkerGroup(_Model):
     """``count`` identical SGLang servers of one role."""
 
-    name: str
-    role: str
-    count: int = 1
-    tp_size: int = 1
-    gpus_per_worker: float = 1
-    engram_offload: str = DEFAULT_OFFLOAD
+    role: Literal["prefill", "decode"]
+    name: str = Field("", pattern=r"^$|" + NAME)  # default: the role
+    count: int = Field(1, ge=1)
+    tp_size: int = Field(1, ge=1)
+    gpus_per_worker: float = Field(0, gt=0)  # default: tp_size
+    engram_offload: Literal["hbm", "dram", "ssd", "off"] = DEFAULT_OFFLOAD
     engram_ssd_dir: str | None = None
     engram_prefetch: bool | None = None
-    engram_hot_cache_gb: float | None = None
-    engram_ram_cache_gb: float | None = None
+    engram_hot_cache_gb: float | None = Field(None, ge=0)
+    engram_ram_cache_gb: float | None = Field(None, ge=0)
     extra_args: tuple[str, ...] = ()
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def check_extra_args(cls, raw: Any) -> tuple[str, ...]:
+        return _extra_args(raw, MANAGED_WORKER_FLAGS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def fill_defaults(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        raw = {"name": raw.get("role", ""), "gpus_per_worker": raw.get("tp_size", 1), **raw}
+        if raw.get("engram_offload") is False:
+            # NOTE: YAML 1.1 reads a bare `off` as false; `engram_offload: off` means "off".
+            raw["engram_offload"] = "off"
+        return raw
+
+    @model_validator(mode="after")
+    def check_group(self) -> WorkerGroup:
+        gpus, tp = self.gpus_per_worker, self.tp_size
+        if gpus < 1 and tp != 1:
+            raise ValueError(f"gpus_per_worker {gpus:g} shares a GPU, which only works with "
+                             f"tp_size 1 (tp_size is {tp})")  # fmt: skip
+        if gpus >= 1 and gpus != int(gpus):
+            raise ValueError(f"gpus_per_worker {gpus:g} must be a whole number "
+                             "(or below 1 to share a GPU)")  # fmt: skip
+        if gpus >= 1 and gpus < tp:
+            raise ValueError(f"gpus_per_worker {gpus:g} is less than tp_size {tp}; a TP-{tp} "
+                             f"server needs at least {tp} GPUs")  # fmt: skip
+        if gpus >= 1 and gpus % tp:
+            raise ValueError(f"gpus_per_worker {gpus:g} is not a multiple of tp_size {tp}")
+        if self.engram_offload == "ssd" and not self.engram_ssd_dir:
+            raise ValueError("engram_offload ssd needs engram_ssd_dir")
+        return self
 
     @property
     def worker_names(self) -> list[str]:
@@ -80,42 +144,149 @@ class WorkerGroup:
         if self.engram_prefetch is not None:
             flags.append("--engram-prefetch" if self.engram_prefetch else "--no-engram-prefetch")
         if self.engram_hot_cache_gb is not None:
-            flags += ["--engram-hot-cache-gb", _num(self.engram_hot_cache_gb)]
+            flags += ["--engram-hot-cache-gb", f"{self.engram_hot_cache_gb:g}"]
         if self.engram_ram_cache_gb is not None:
-            flags += ["--engram-ram-cache-gb", _num(self.engram_ram_cache_gb)]
+            flags += ["--engram-ram-cache-gb", f"{self.engram_ram_cache_gb:g}"]
         return flags
 
+    def warnings(self, where: str) -> list[str]:
+        offload, out = self.engram_offload, []
+        unused = [key for key, used in (
+            ("engram_ssd_dir (only ssd)", not self.engram_ssd_dir or offload == "ssd"),
+            ("engram_ram_cache_gb (only ssd)", self.engram_ram_cache_gb is None or offload == "ssd"),
+            ("engram_hot_cache_gb (only dram or ssd)",
+             not self.engram_hot_cache_gb or offload in ("dram", "ssd")),
+            ("engram_prefetch", self.engram_prefetch is None or offload != "off"),
+        ) if not used]  # fmt: skip
+        if unused:
+            out.append(f"{where}: engram_offload {offload} ignores {', '.join(unused)}")
+        if self.role == "prefill" and offload == "off":
+            out.append(
+                f"{where}: engram_offload off on a prefill worker: prompts are processed "
+                "without the Engram tables, so outputs differ from the full model; prefill "
+                "workers normally keep Engram (hbm, dram or ssd)"
+            )
+        return out
 
-@dataclass(frozen=True)
-class RouterSpec:
-    port: int = 8000
-    policy: str = "cache_aware"
-    prometheus_port: int = 29000
-    extra_args: tuple[str, ...] = ()
 
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    name: str
+class ClusterSpec(_Model):
+    name: str = Field(pattern=NAME)
     model: str
-    transfer_backend: str
-    groups: tuple[WorkerGroup, ...]
-    router: RouterSpec = field(default_factory=RouterSpec)
+    # NOTE: SGLang 0.5.23's names; mooncake_tcp is mooncake without RDMA.
+    transfer_backend: Literal["mooncake", "mooncake_tcp", "nixl", "fake"]
+    workers: tuple[WorkerGroup, ...] = Field(min_length=1, strict=False)  # YAML gives a list
+    router: RouterSpec = RouterSpec()
     base_port: int = 30000
     bootstrap_base_port: int = 8998
-    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    restart: RestartPolicy = RestartPolicy()
     log_dir: str | None = None
-    warnings: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def check_cluster(self) -> ClusterSpec:
+        names = [g.name for g in self.workers]
+        for n in names:
+            if names.count(n) > 1:
+                raise ValueError(f"two worker groups are named {n!r}; give each a distinct 'name'")
+        for role in ("prefill", "decode"):
+            if role not in {g.role for g in self.workers}:
+                raise ValueError(f"no {role} worker group; PD disaggregation needs at least "
+                                 "one prefill and one decode worker")  # fmt: skip
+        n_prefill = sum(g.count for g in self.workers if g.role == "prefill")
+        ranges = {
+            "worker ports": range(self.base_port, self.base_port + self.num_workers),
+            "bootstrap ports": range(self.bootstrap_base_port, self.bootstrap_base_port + n_prefill),
+            "router port": range(self.router.port, self.router.port + 1),
+            "router prometheus_port": range(self.router.prometheus_port,
+                                            self.router.prometheus_port + 1),
+        }  # fmt: skip
+        items = list(ranges.items())
+        for i, (a, ra) in enumerate(items):
+            if ra.start < 1 or ra.stop - 1 > 65535:
+                raise ValueError(f"{a} {_span(ra)} fall outside 1-65535")
+            for b, rb in items[i + 1 :]:
+                if ra.start < rb.stop and rb.start < ra.stop:
+                    raise ValueError(f"{a} {_span(ra)} overlap {b} {_span(rb)}; change "
+                                     "base_port, bootstrap_base_port or the router's ports")  # fmt: skip
+        return self
 
     @property
     def namespace(self) -> str:
-        """The Ray namespace every actor and placement group of this cluster lives in."""
+        """The Ray namespace every actor of this cluster lives in."""
         return f"sglang-engram-{self.name}"
 
     @property
     def num_workers(self) -> int:
-        return sum(g.count for g in self.groups)
+        return sum(g.count for g in self.workers)
+
+    @property
+    def warnings(self) -> list[str]:
+        out = [w for i, g in enumerate(self.workers) for w in g.warnings(f"workers[{i}]")]
+        if self.transfer_backend == "fake":
+            out.append("transfer_backend fake moves no KV cache between prefill and decode; "
+                       "it is for tests only")  # fmt: skip
+        return out
 
 
-def _num(value: float) -> str:
-    return f"{value:g}"
+def load_spec(path: str | Path) -> ClusterSpec:
+    """Read and check a spec file; the name defaults to the file's stem."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ClusterSpecError(f"cannot read spec {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ClusterSpecError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
+    if not isinstance(data, dict):
+        raise ClusterSpecError(f"{path}: the spec must be a mapping of keys to values")
+    return parse_spec(data, where=str(path), default_name=path.stem)
+
+
+def parse_spec(data: dict[str, Any], *, where: str = "spec", default_name: str = "cluster") -> ClusterSpec:
+    try:
+        return ClusterSpec.model_validate(
+            {"name": default_name.lower().replace("_", "-"), **data}
+        )
+    except ValidationError as exc:
+        raise ClusterSpecError(f"{where}: {_one_line(exc)}") from None
+
+
+_MESSAGES = {
+    "missing": "required key is missing",
+    "string_pattern_mismatch": "must use lowercase letters, digits and '-'",
+    "too_short": "must not be empty",
+}
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first error as ``field: what is wrong``, e.g. ``workers[1].count: ...``."""
+    errors = exc.errors()
+    err = errors[0]
+    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        model = _model_at(err["loc"][:-1])
+        close = difflib.get_close_matches(str(err["loc"][-1]), model.model_fields, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        msg = f"unknown key{hint}; allowed keys: {', '.join(model.model_fields)}"
+    elif err["type"] == "missing":
+        msg = _MESSAGES["missing"]
+    elif err["type"] in _MESSAGES:
+        msg = f"{_MESSAGES[err['type']]}, not {err['input']!r}"
+    elif err["type"] != "value_error":
+        msg = f"{msg}, not {err['input']!r}"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{loc}: {msg}{more}" if loc else f"{msg}{more}"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
+    model: type[BaseModel] = ClusterSpec
+    for part in loc:
+        if part == "workers":
+            model = WorkerGroup
+        elif part in ("router", "restart"):
+            model = RouterSpec if part == "router" else RestartPolicy
+    return model
+
+
+def _span(ports: range) -> str:
+    return str(ports.start) if len(ports) == 1 else f"{ports.start}-{ports.stop - 1}"

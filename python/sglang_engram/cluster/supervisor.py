@@ -10,6 +10,7 @@ if the supervising process dies without stopping it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -25,22 +26,11 @@ from typing import Any
 
 import psutil
 
-# starting: spawned, health not yet answered; running: healthy; unhealthy: alive but its
-# health check fails after having passed; restarting: dead, waiting out the backoff;
-# failed: gave up after max_restarts; stopped: stopped on request.
-STATES = ("starting", "running", "unhealthy", "restarting", "failed", "stopped")
+from sglang_engram.cluster.spec import RestartPolicy
 
-
-@dataclass(frozen=True)
-class RestartPolicy:
-    """Bounded restarts: the n-th restart waits backoff_s * 2**(n-1), at most max_backoff_s."""
-
-    max_restarts: int = 3
-    backoff_s: float = 2.0
-    max_backoff_s: float = 60.0
-
-    def delay(self, restart: int) -> float:
-        return min(self.backoff_s * 2 ** (restart - 1), self.max_backoff_s)
+# States: starting (spawned, health not yet answered), running (healthy), unhealthy (alive,
+# its health check fails after having passed), restarting (dead, waiting out the backoff),
+# failed (gave up after max_restarts, or could not be spawned), stopped (on request).
 
 
 @dataclass(frozen=True)
@@ -66,13 +56,13 @@ class ProcessSupervisor:
         self._exit_codes: list[int] = []
         self._started_at: float | None = None
         self._killed_pids: list[int] = []
+        self._error: str | None = None
 
     # ---- control -------------------------------------------------------------------
 
     def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError(f"{self.spec.name} was already started")
-        Path(self.spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         self._state = "starting"
         self._thread = threading.Thread(target=self._run, name=f"supervise-{self.spec.name}")
         self._thread.daemon = True
@@ -109,6 +99,7 @@ class ProcessSupervisor:
                 "exit_codes": list(self._exit_codes),
                 "uptime_s": None if self._started_at is None else time.time() - self._started_at,
                 "log": self.spec.log_path,
+                "error": self._error,
             }
 
     def log_tail(self, lines: int = 20) -> list[str]:
@@ -125,16 +116,24 @@ class ProcessSupervisor:
 
     def _run(self) -> None:
         while True:
-            proc = self._spawn()
+            try:
+                proc = self._spawn()
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                # NOTE: a command that cannot run will not run after a backoff either.
+                with self._lock:
+                    self._state, self._error = "failed", f"cannot start: {exc}"
+                self._log(self._error)
+                return
             code = self._watch(proc)
             if code is None:  # stop requested; the tree is already down
                 return
-            _kill_leftovers(proc.pid)
+            _stop_group(proc.pid, 5.0)  # what it left behind (children without a death signal)
             with self._lock:
                 self._exit_codes.append(code)
                 if self._restarts >= self.spec.restart.max_restarts:
                     self._state = "failed"
-                    self._log(f"exited with {code}; gave up after {self._restarts} restarts")
+                    self._error = f"exited with {code}; gave up after {self._restarts} restarts"
+                    self._log(self._error)
                     return
                 self._restarts += 1
                 self._state = "restarting"
@@ -146,6 +145,7 @@ class ProcessSupervisor:
                 self._state = "starting"
 
     def _spawn(self) -> subprocess.Popen[bytes]:
+        Path(self.spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         self._log(f"start: {' '.join(self.spec.argv)}")
         with open(self.spec.log_path, "ab") as log:
             proc = subprocess.Popen(
@@ -168,7 +168,11 @@ class ProcessSupervisor:
             if code is not None:
                 return code
             if self._stop.is_set():
-                self._terminate(proc)
+                self._log("stopping")
+                pids = _stop_group(proc.pid, self.spec.stop_grace_s)
+                proc.wait(timeout=5)
+                with self._lock:
+                    self._killed_pids = pids
                 return None
             if time.monotonic() >= next_check:
                 healthy = probe(self.spec.health_url)
@@ -180,32 +184,11 @@ class ProcessSupervisor:
                         self._state = "unhealthy"
             self._stop.wait(0.2)
 
-    def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
-        try:
-            tree = [psutil.Process(proc.pid)]
-            tree += tree[0].children(recursive=True)
-        except psutil.NoSuchProcess:
-            tree = []
-        pids = [p.pid for p in tree]
-        self._log(f"stopping pids {pids}")
-        _signal_group(proc.pid, signal.SIGTERM)
-        _, alive = psutil.wait_procs(tree, timeout=self.spec.stop_grace_s)
-        if alive:
-            _signal_group(proc.pid, signal.SIGKILL)
-            for p in alive:
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            psutil.wait_procs(alive, timeout=5)
-        proc.wait(timeout=5)
-        with self._lock:
-            self._killed_pids = pids
-
     def _log(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        with open(self.spec.log_path, "a") as f:
-            f.write(f"=== [{stamp}] supervisor: {self.spec.name} {message}\n")
+        with contextlib.suppress(OSError):  # an unwritable log is reported by _spawn
+            with open(self.spec.log_path, "a") as f:
+                f.write(f"=== [{stamp}] supervisor: {self.spec.name} {message}\n")
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
@@ -225,24 +208,25 @@ def _die_with_parent() -> None:
     _LIBC.prctl(_PR_SET_PDEATHSIG, _SIGKILL)
 
 
-def _kill_leftovers(pgid: int, grace_s: float = 5.0) -> None:
-    """Stop what a dead process left in its group (children without a death signal)."""
+def _stop_group(pgid: int, grace_s: float) -> list[int]:
+    """TERM a process group (a process and all it started), KILL what outlives ``grace_s``;
+    return the group's pids. pgid == the leader's pid: it leads its own session."""
+    group = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(OSError):
+            if os.getpgid(p.pid) == pgid:
+                group.append(p)
     _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    _signal_group(pgid, signal.SIGKILL)
+    _, alive = psutil.wait_procs(group, timeout=grace_s)
+    if alive:
+        _signal_group(pgid, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=5)
+    return [p.pid for p in group]
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)  # pgid == pid: the process leads its own session
-    except ProcessLookupError:
-        pass
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
 
 
 def probe(url: str, timeout_s: float = 3.0) -> bool:

@@ -1,9 +1,9 @@
-"""Which node and which GPUs each worker gets.
+"""The GPU assignment: which node each worker runs on.
 
-The plan places workers first-fit, largest first, on the nodes of the Ray cluster (or
-on this host when planning without one). ``up`` then pins each worker's placement group
-to its planned node, so the host the plan prints is the host the worker runs on; the
-exact GPU ids on that node are Ray's choice and ``status`` reports them.
+First fit, largest worker first, over the nodes of the Ray cluster (or this host when
+planning without one). ``up`` pins each worker's actor to its node, so the host the plan
+prints is the host the worker runs on; which GPUs of that node it gets is Ray's choice
+(``status`` shows them), so the plan names none.
 """
 
 from __future__ import annotations
@@ -23,68 +23,52 @@ class Node:
     gpus: float
     node_id: str | None = None
 
-    @property
-    def resource(self) -> str:
-        """Ray's per-node custom resource; a bundle asking for a sliver of it lands here."""
-        return f"node:{self.ip}"
 
-
-@dataclass(frozen=True)
-class Slot:
-    node: Node
-    gpu_ids: tuple[int, ...]
-
-
-def place(demands: list[tuple[str, float]], nodes: list[Node]) -> dict[str, Slot]:
-    """Give each ``(worker, gpus)`` a node and GPU ids; raise when something cannot fit."""
+def assign_nodes(demands: list[tuple[str, float]], nodes: list[Node]) -> dict[str, Node]:
+    """Give each ``(worker, gpus)`` a node; raise when something cannot fit."""
     if not nodes:
-        raise ClusterSpecError("no node to place workers on")
-    free = {n.ip: [1.0] * int(n.gpus) for n in nodes}
-    total = sum(int(n.gpus) for n in nodes)
-    needed = sum(g for _, g in demands)
+        raise ClusterSpecError("no node with GPUs to run workers on")
     largest = max(int(n.gpus) for n in nodes)
     for name, gpus in demands:
         if gpus > largest:
             raise ClusterSpecError(
                 f"worker {name} needs {gpus:g} GPUs on one node, but the largest node has {largest}"
             )
+    total, needed = sum(int(n.gpus) for n in nodes), sum(g for _, g in demands)
     if needed > total + 1e-9:
         raise ClusterSpecError(
             f"the spec needs {needed:g} GPUs in all, but the cluster has {total} "
             f"({', '.join(f'{n.ip}: {int(n.gpus)}' for n in nodes)})"
         )
-    slots: dict[str, Slot] = {}
-    # NOTE: largest first; ties keep spec order, so the plan is stable from run to run.
+    # NOTE: free capacity per GPU, only to know what fits: Ray shares a GPU among
+    # fractional workers the same way (a fraction never spans two GPUs).
+    free = {n.ip: [1.0] * int(n.gpus) for n in nodes}
+    out: dict[str, Node] = {}
+    # Largest first; ties keep spec order, so the assignment is stable from run to run.
     for name, gpus in sorted(demands, key=lambda d: -d[1]):
-        slot = _fit(gpus, nodes, free)
-        if slot is None:
+        node = next((n for n in nodes if _take(free[n.ip], gpus)), None)
+        if node is None:
+            per_node = ", ".join(f"{ip}: {sum(c >= 1 for c in f)}" for ip, f in free.items())
             raise ClusterSpecError(
-                f"worker {name} ({gpus:g} GPUs) does not fit: free GPUs per node are "
-                + ", ".join(
-                    f"{ip}: {sum(1 for c in caps if c >= 1.0)}" for ip, caps in free.items()
-                )
+                f"worker {name} ({gpus:g} GPUs) does not fit: free GPUs per node are {per_node}"
             )
-        slots[name] = slot
-    return {name: slots[name] for name, _ in demands}
+        out[name] = node
+    return {name: out[name] for name, _ in demands}
 
 
-def _fit(gpus: float, nodes: list[Node], free: dict[str, list[float]]) -> Slot | None:
-    for node in nodes:
-        caps = free[node.ip]
-        if gpus < 1:
-            # Share a GPU: the fullest one that still has room (best fit).
-            room = [(c, i) for i, c in enumerate(caps) if c + 1e-9 >= gpus]
-            if room:
-                _, i = min(room)
-                caps[i] -= gpus
-                return Slot(node, (i,))
-            continue
-        whole = [i for i, c in enumerate(caps) if c >= 1.0][: int(gpus)]
-        if len(whole) == int(gpus):
-            for i in whole:
-                caps[i] = 0.0
-            return Slot(node, tuple(whole))
-    return None
+def _take(free: list[float], gpus: float) -> bool:
+    """Take ``gpus`` from one node's per-GPU free capacity, if it fits."""
+    if gpus < 1:  # share a GPU: the fullest one that still has room (best fit)
+        room = [(c, i) for i, c in enumerate(free) if c + 1e-9 >= gpus]
+        if room:
+            free[min(room)[1]] -= gpus
+        return bool(room)
+    whole = [i for i, c in enumerate(free) if c >= 1.0][: int(gpus)]
+    if len(whole) < gpus:
+        return False
+    for i in whole:
+        free[i] = 0.0
+    return True
 
 
 def local_node(num_gpus: float | None) -> Node:
