@@ -179,7 +179,7 @@ def test_overlapping_ports_are_refused():
 
 
 def test_unreadable_and_malformed_files(tmp_path):
-    with pytest.raises(ClusterSpecError, match="cannot read spec"):
+    with pytest.raises(ClusterSpecError, match="cannot read"):
         load_spec(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("workers: [\n")

@@ -12,11 +12,11 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sglang_engram.config import DEFAULT_OFFLOAD
 from sglang_engram.flags import ENGRAM_FLAGS
+from sglang_engram.yaml_file import read_mapping
 
 # NOTE: mirrors the plugin's --engram-offload choices (engram.tables.PLACEMENTS); kept
 # here so that reading a spec imports no torch. test_spec checks the two agree.
@@ -230,14 +230,7 @@ class ClusterSpec(_Model):
 def load_spec(path: str | Path) -> ClusterSpec:
     """Read and check a spec file; the name defaults to the file's stem."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ClusterSpecError(f"cannot read spec {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ClusterSpecError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
-    if not isinstance(data, dict):
-        raise ClusterSpecError(f"{path}: the spec must be a mapping of keys to values")
+    data = read_mapping(path, ClusterSpecError, "a cluster spec: a mapping of keys to values")
     return parse_spec(data, where=str(path), default_name=path.stem)
 
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from engram.files import GIB
+from sglang_engram.yaml_file import read_mapping
 
 SHIPPED = Path(__file__).with_name("costs.yaml")
 
@@ -43,13 +41,13 @@ class Costs:
 
 
 def load_costs(override: str | Path | None = None) -> Costs:
-    base = _read(SHIPPED)
+    base = read_mapping(SHIPPED, CostError, "a mapping with usd_per_gpu_hour")
     files = [str(SHIPPED)]
     prices = {str(k): float(v) for k, v in base["usd_per_gpu_hour"].items()}
     dram = float(base.get("usd_per_dram_gib_hour", 0.0))
     source, date = str(base.get("source", "")).strip(), str(base.get("date", ""))
     if override is not None:
-        extra = _read(Path(override))
+        extra = read_mapping(override, CostError, "a mapping with usd_per_gpu_hour")
         unknown = set(extra) - {"usd_per_gpu_hour", "usd_per_dram_gib_hour", "source", "date"}
         if unknown:
             raise CostError(f"{override}: unknown keys {sorted(unknown)}")
@@ -65,15 +63,3 @@ def load_costs(override: str | Path | None = None) -> Costs:
     if bad or dram < 0:
         raise CostError(f"prices must be positive (check {', '.join(bad) or 'dram'})")
     return Costs(prices, dram, source, date, tuple(files))
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise CostError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise CostError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise CostError(f"{path}: expected a mapping with usd_per_gpu_hour")
-    return data

@@ -18,8 +18,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sglang_engram.yaml_file import read_mapping
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -158,14 +159,7 @@ class SweepSpec(_Strict):
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SweepSpecError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise SweepSpecError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise SweepSpecError(f"{path}: a sweep spec is a mapping (name, model, workload, ...)")
+    data = read_mapping(path, SweepSpecError, "a sweep spec: a mapping (name, model, workload, ...)")
     return parse_sweep_spec(data, base_dir=path.resolve().parent, source=str(path))
 
 
