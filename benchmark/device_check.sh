@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine: the GPU tests of engram_kernels and of the ssd/hot-cache
-# tables, then the gather benchmark. Runs on the machine's own torch and Triton (no SGLang,
+# One call on a lent GPU machine: the GPU tests of engram_kernels, of the ssd/hot-cache
+# tables and of the reference model (trained tiny model, hbm vs dram), then the gather benchmark. Runs on the machine's own torch and Triton (no SGLang,
 # no package registry): engram and engram_kernels are imported from this checkout via
 # PYTHONPATH.
 # Writes gpu_tests.log, bench.log and bench.json under $OUT when OUT is set.
@@ -26,17 +26,17 @@ print("torch", torch.__version__, "triton", triton.__version__, "cuda", torch.ve
       "hip", torch.version.hip, "device", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
 PY
 
-# NOTE: the lent machine has no package registry. If it lacks pytest, carry wheels made
-# here with `pip download -d .device-wheels pytest` (run's `carry: [".device-wheels"]`).
-if ! "$PY" -c "import pytest" 2>/dev/null; then
-    if compgen -G ".device-wheels/*.whl" >/dev/null; then
-        "$PY" -m pip install -q --no-index --find-links .device-wheels pytest
-    else
-        echo "device_check: pytest is not installed here and no .device-wheels/ was carried"
-    fi
+# NOTE: the lent machine has no package registry. What it lacks (pytest, tokenizers for the
+# reference-model test) travels as wheels made here:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --platform manylinux2014_x86_64 -d .device-wheels pytest tokenizers
+# (run's `carry: [".device-wheels"]`); without tokenizers that test skips itself.
+if compgen -G ".device-wheels/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps .device-wheels/*.whl
 fi
+"$PY" -c "import pytest" 2>/dev/null || echo "device_check: pytest is not installed here and no .device-wheels/ was carried"
 
-timeout 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider test/kernels test/ssd/test_gpu.py 2>&1 | save gpu_tests.log
+timeout 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider test/kernels test/ssd/test_gpu.py test/eval/test_gpu.py 2>&1 | save gpu_tests.log
 tests=${PIPESTATUS[0]}
 
 timeout 180 "$PY" benchmark/bench_gather.py 2>&1 | save bench.log
