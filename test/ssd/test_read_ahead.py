@@ -82,8 +82,13 @@ def test_a_lookup_waits_for_a_prefetch_still_reading(tmp_path: Path) -> None:
     table = create_table("ssd", weight, scale, path=tmp_path / "t", hot_cache_bytes=1 << 20)
     table.drop_page_cache()
     ids = torch.randint(0, ROWS, (8, 48))
-    table.prefetch(ids)  # through the hot cache wrapper, to the ssd table
-    assert torch.equal(table.lookup(ids), dram.lookup(ids))  # no wait() in between
+    handle = table.prefetch(ids)  # through the hot cache wrapper, to the ssd table
+    # NOTE: a lookup skips a handle the reader thread has not started yet (it reads
+    # itself rather than queue behind it) and waits for one being read: wait for the
+    # start only, so the lookup below meets a handle still reading (on a busy machine
+    # the thread may not have started by the time the lookup runs).
+    assert handle._deduped.wait(timeout=30)
+    assert torch.equal(table.lookup(ids), dram.lookup(ids))  # no wait() for the rows
     assert table.stats()["prefetch_hits"] == torch.unique(ids).numel()
     table.close()
 
