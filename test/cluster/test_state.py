@@ -17,11 +17,16 @@ from sglang_engram.cluster.state import HOME_ENV, ClusterNotFound, ClusterState
 
 
 def _state(name: str, phase: str) -> ClusterState:
-    return ClusterState(name=name, ray_address="127.0.0.1:1",
-                        local_ray=True, up_pid=os.getpid(),
-                        up_started=psutil.Process().create_time(), log_dir="/logs",
-                        workers=tuple(f"w-{i}" for i in range(random.randint(1, 50))),
-                        phase=phase)  # fmt: skip
+    workers = [{"name": f"w-{i}"} for i in range(random.randint(1, 50))]
+    return ClusterState(
+        name=name,
+        ray_address="127.0.0.1:1",
+        local_ray=True,
+        up_pid=os.getpid(),
+        up_started=psutil.Process().create_time(),
+        plan={"workers": workers, "router": {"url": "http://10.0.0.1:8000"}, "log_dir": "/logs"},
+        phase=phase,
+    )
 
 
 def test_concurrent_writers_and_a_reader(tmp_path, monkeypatch):
@@ -80,9 +85,12 @@ def test_status_shows_a_failed_worker_and_its_error(tmp_path, monkeypatch):
     ok = {"state": "running", "restarts": 0, "max_restarts": 3, "pid": 11, "role": "decode",
           "router": {"registered": True}, "engram": []}  # fmt: skip
     state = _state(name, "running")
-    state = ClusterState(**{**state.__dict__, "workers": ("prefill-0", "decode-0")})
+    workers = [
+        {"name": n, "engram_offload": o, "port": p, "bootstrap_port": None}
+        for n, o, p in (("prefill-0", "hbm", 30000), ("decode-0", "off", 30001))
+    ]
     state.update(
-        router_url="http://10.0.0.1:8000",
+        plan={**state.plan, "workers": workers},
         members={"prefill-0": {"state": "failed", "restarts": 0, "max_restarts": 3,
                                "pid": None, "role": "prefill", "error": error},
                  "decode-0": ok, "router": {**ok, "role": "router"}},  # fmt: skip
