@@ -43,7 +43,6 @@ class ProcessPlan:
 @dataclass(frozen=True)
 class WorkerPlan(ProcessPlan):
     name: str
-    group: str
     role: str
     node_id: str | None
     gpus: float
@@ -56,15 +55,10 @@ class WorkerPlan(ProcessPlan):
 
 
 @dataclass(frozen=True)
-class RouterPlan(ProcessPlan):
-    prometheus_port: int
-
-
-@dataclass(frozen=True)
 class ClusterPlan:
     spec: ClusterSpec
     workers: tuple[WorkerPlan, ...]
-    router: RouterPlan
+    router: ProcessPlan
     log_dir: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,7 +124,6 @@ def build_plan(
                 command=tuple(argv),
                 log=str(Path(log_dir) / f"{name}.log"),
                 name=name,
-                group=group.name,
                 role=group.role,
                 node_id=node.node_id,
                 gpus=group.gpus_per_worker,
@@ -138,12 +131,9 @@ def build_plan(
                 engram_offload=group.engram_offload,
             )
         )
-    router = RouterPlan(
-        host=router_host,
-        port=spec.router.port,
-        command=tuple(_router_argv(spec, workers)),
-        log=str(Path(log_dir) / "router.log"),
-        prometheus_port=spec.router.prometheus_port,
+    router_argv = tuple(_router_argv(spec, workers))
+    router = ProcessPlan(
+        router_host, spec.router.port, router_argv, str(Path(log_dir) / "router.log")
     )
     return ClusterPlan(spec=spec, workers=tuple(workers), router=router, log_dir=log_dir)
 

@@ -198,7 +198,10 @@ class ClusterSpec(_Model):
                 raise ValueError(f"no {role} worker group; PD needs a prefill and a decode group")
         n_prefill = sum(g.count for g in self.workers if g.role == "prefill")
         ranges = [
-            ("worker ports", range(self.base_port, self.base_port + self.num_workers)),
+            (
+                "worker ports",
+                range(self.base_port, self.base_port + sum(g.count for g in self.workers)),
+            ),
             (
                 "bootstrap ports",
                 range(self.bootstrap_base_port, self.bootstrap_base_port + n_prefill),
@@ -224,10 +227,6 @@ class ClusterSpec(_Model):
     def namespace(self) -> str:
         """The Ray namespace every actor of this cluster lives in."""
         return f"sglang-engram-{self.name}"
-
-    @property
-    def num_workers(self) -> int:
-        return sum(g.count for g in self.workers)
 
     @property
     def warnings(self) -> list[str]:

@@ -113,6 +113,7 @@ class _Cluster:
     def __init__(self, plan: ClusterPlan, state: ClusterState, say: Say) -> None:
         self.plan, self.state, self.say = plan, state, say
         self.actors: dict[str, Any] = {}  # the router last, once it runs
+        self._seen: dict[str, tuple[Any, ...]] = {}  # what was last reported of each
 
     def _actor(
         self, name: str, p: ProcessPlan, health: str, node_id: str, gpus: float, **kw: Any
@@ -141,15 +142,8 @@ class _Cluster:
         import ray
 
         for w in self.plan.workers:
-            self._actor(
-                w.name,
-                w,
-                "/health",
-                w.node_id,
-                w.gpus,
-                role=w.role,
-                bootstrap_port=w.bootstrap_port,
-            )
+            kw = dict(role=w.role, bootstrap_port=w.bootstrap_port)
+            self._actor(w.name, w, "/health", w.node_id, w.gpus, **kw)
         self.say(f"waiting for Ray to give {len(self.actors)} workers their GPUs ...")
         refs = {name: a.start.remote() for name, a in self.actors.items()}
         ready: list[Any] = []
@@ -169,42 +163,46 @@ class _Cluster:
             info = ray.get(ref)
             self.say(f"started {name} at {info['url']} (GPU {','.join(info['gpu_ids'])})")
         workers = dict(self.actors)
-        self._wait(workers, lambda s: True, "workers to answer /health", deadline)
+        self._wait(workers, lambda: True, "workers to answer /health", deadline)
 
         r = self.plan.router
         node = ray.get_runtime_context().get_node_id()
         router = self._actor("router", r, "/liveness", node, 0, role="router")
         ray.get(router.start.remote())
         what = "the router to register every worker"
-        self._wait({"router": router}, lambda s: _router_ready(r.url, self.plan), what, deadline)
+        self._wait({"router": router}, lambda: _router_ready(r.url, self.plan), what, deadline)
         ray.get([a.attach_router.remote(r.url) for a in workers.values()])
-        self.state = self.state.update(phase="running").with_members(poll(self.actors))
+        self.state = self.state.update(phase="running")
+        self._poll(self.actors)
         n_prefill = sum(w.role == "prefill" for w in self.plan.workers)
         self.say(
             f"ready: {r.url} (router; {n_prefill} prefill, {len(workers) - n_prefill} decode "
             f"workers; logs in {self.plan.log_dir})"
         )
 
-    def _wait(
-        self,
-        actors: dict[str, Any],
-        done: Callable[[dict[str, Any]], bool],
-        what: str,
-        deadline: float,
-    ) -> None:
-        """Poll the actors until each runs and ``done`` holds; report changes, progress,
-        failures."""
+    def _poll(self, actors: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Poll ``actors`` into the state file; report each change of state, restarts or
+        registration."""
+        statuses = poll(actors)
+        self.state = self.state.with_members(statuses)
+        for name, s in statuses.items():
+            reg = (s.get("router") or {}).get("registered")
+            key = (s["state"], s.get("restarts"), reg)
+            if self._seen.get(name) != key:
+                extra = "" if reg is None else f", {'registered' if reg else 'not registered'}"
+                self.say(f"{name}: {s['state']}, restarts {s.get('restarts', '-')}{extra}")
+            self._seen[name] = key
+        return statuses
+
+    def _wait(self, actors: dict[str, Any], done: Callable[[], bool], what: str, deadline: float):
+        """Poll the actors until each runs and ``done()`` holds; fail on the first that
+        fails, with the end of its log."""
         import ray
 
         start = last_report = time.monotonic()
-        seen: dict[str, str] = {}
         while True:
-            statuses = poll(actors)
-            self.state = self.state.with_members(statuses)
+            statuses = self._poll(actors)
             for name, s in statuses.items():
-                if s["state"] != seen.get(name):
-                    seen[name] = s["state"]
-                    self.say(f"  {name}: {s['state']}")
                 if s["state"] in ("failed", "unreachable"):
                     tail = (
                         ray.get(actors[name].log_tail.remote(15)) if s["state"] == "failed" else []
@@ -213,7 +211,7 @@ class _Cluster:
                         f"{name} failed to start ({s['error']}); last lines of "
                         f"{s.get('log')}:\n    " + "\n    ".join(tail)
                     )
-            if all(s["state"] == "running" and done(s) for s in statuses.values()):
+            if all(s["state"] == "running" for s in statuses.values()) and done():
                 return
             if not _left(deadline):
                 raise LaunchError(f"timed out waiting for {what}")
@@ -226,20 +224,11 @@ class _Cluster:
 
     def watch(self, interval_s: float = 2.0) -> None:
         """Keep the state file current and report changes, until Ctrl-C or SIGTERM."""
-        seen: dict[str, tuple[Any, ...]] = {}
         health = "healthy"
         while not _STOP.wait(interval_s):
-            self.state = self.state.with_members(poll(self.actors))
-            status = collect_status(self.state)
-            for m in [status["router"], *status["workers"]]:
-                reg = (m.get("router") or {}).get("registered")
-                key = (m["state"], m.get("restarts"), reg)
-                if seen.get(m["name"], key) != key:
-                    extra = "" if reg is None else f", {'registered' if reg else 'not registered'}"
-                    self.say(f"{m['name']}: {m['state']}, restarts {m.get('restarts', '-')}{extra}")
-                seen[m["name"]] = key
-            if status["health"] != health:
-                health = status["health"]
+            self._poll(self.actors)
+            if (now := collect_status(self.state)["health"]) != health:
+                health = now
                 self.say(f"cluster {self.state.name}: {health}")
 
     def stop(self) -> None:
