@@ -10,6 +10,7 @@ if the supervising process dies without stopping it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import os
@@ -87,13 +88,10 @@ class ProcessSupervisor:
 
     def log_tail(self, lines: int = 20) -> list[str]:
         try:
-            with open(self.spec.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 64 * 1024))
-                text = f.read().decode(errors="replace")
+            with open(self.spec.log_path, errors="replace") as f:
+                return [line.rstrip("\n") for line in collections.deque(f, lines)]
         except OSError:
             return []
-        return text.splitlines()[-lines:]
 
     def _run(self) -> None:
         while True:
