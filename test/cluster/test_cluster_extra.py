@@ -29,18 +29,31 @@ sys.meta_path.insert(0, _Blocker())
 
 @pytest.mark.parametrize(
     ("blocked", "needs"),
-    [(("ray",), "Ray"), (("sglang_router",), "sglang-router"),
-     (("ray", "sglang_router"), "Ray and sglang-router")],
-)  # fmt: skip
+    [
+        (("ray",), "Ray"),
+        (("sglang_router",), "sglang-router"),
+        (("ray", "sglang_router"), "Ray and sglang-router"),
+    ],
+)
 def test_missing_extra_is_one_line_with_the_install_command(tmp_path, blocked, needs):
     (tmp_path / "sitecustomize.py").write_text(BLOCKER.format(blocked=set(blocked)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    probe = subprocess.run([sys.executable, "-c", f"import {blocked[0]}"], env=env,
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import {blocked[0]}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr  # the blocker works
     for args in (["plan", str(EXAMPLE), "--num-gpus", "2"], ["status", "--name", "x"]):
-        out = subprocess.run([sys.executable, "-m", "sglang_engram.cluster", *args], env=env,
-                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "sglang_engram.cluster", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 1 and out.stdout == ""
         assert out.stderr == (
             f"error: the cluster launcher needs {needs}: pip install 'sglang-engram[cluster]'\n"

@@ -36,15 +36,19 @@ def _transfer_backend() -> str:
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "model"
-    subprocess.run([sys.executable, "-m", "engram.model", "build", "--out", str(out)],
-                   check=True, timeout=900)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "engram.model", "build", "--out", str(out)], check=True, timeout=900
+    )
     return out
 
 
 def _generate(url: str, prompt: str) -> str:
     body = {"text": prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": 24}}
-    req = urllib.request.Request(f"{url}/generate", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    req = urllib.request.Request(
+        f"{url}/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=300) as resp:
         return json.loads(resp.read())["text"]
 
@@ -80,8 +84,13 @@ workers:
     words = ["engram", "table", "memory", "token", "prefill", "decode", "cache", "gate"]
     prompt = " ".join(random.choices(words, k=random.randint(6, 16)))
 
-    up = subprocess.Popen([sys.executable, "-m", "sglang_engram.cluster", "up", str(spec)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    up = subprocess.Popen(
+        [sys.executable, "-m", "sglang_engram.cluster", "up", str(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         for line in up.stdout:
             if line.startswith("ready: "):
@@ -95,10 +104,21 @@ workers:
 
     port = base + 5
     single = subprocess.Popen(
-        [sys.executable, "-m", "sglang.launch_server", "--model-path", str(tiny_model),
-         "--port", str(port), "--engram-offload", "hbm", "--mem-fraction-static", "0.3"],
+        [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            str(tiny_model),
+            "--port",
+            str(port),
+            "--engram-offload",
+            "hbm",
+            "--mem-fraction-static",
+            "0.3",
+        ],
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 900, "the single server")
         single_text = _generate(f"http://127.0.0.1:{port}", prompt)

@@ -51,16 +51,26 @@ workers:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["SGLANG_ENGRAM_CLUSTER_HOME"] = str(tmp_path / "home")
     env["SGLANG_ENGRAM_CLUSTER_WORKER_CMD"] = f"{sys.executable} {STANDIN}"
-    return {"name": name, "spec": str(spec), "env": env, "home": tmp_path / "home",
-            "router": f"http://127.0.0.1:{base}", "prefill_port": base + 2,
-            "decode_port": base + 3, "bootstrap_port": base + 4}  # fmt: skip
+    return {
+        "name": name,
+        "spec": str(spec),
+        "env": env,
+        "home": tmp_path / "home",
+        "router": f"http://127.0.0.1:{base}",
+        "prefill_port": base + 2,
+        "decode_port": base + 3,
+        "bootstrap_port": base + 4,
+    }
 
 
 def _cli(c: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sglang_engram.cluster", *args],
-        capture_output=True, text=True, timeout=timeout, env=c["env"],
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=c["env"],
+    )
 
 
 def _status(c: dict) -> dict:
@@ -80,8 +90,9 @@ def _generate_through_router(c: dict) -> None:
     """A request split by the router: prefill keeps the prompt, decode fetches it."""
     prompt = "".join(random.choices(string.ascii_letters + " ", k=random.randint(8, 40)))
     budget = random.randint(1, len(prompt))
-    out = _http(f"{c['router']}/generate",
-                {"text": prompt, "sampling_params": {"max_new_tokens": budget}})  # fmt: skip
+    out = _http(
+        f"{c['router']}/generate", {"text": prompt, "sampling_params": {"max_new_tokens": budget}}
+    )
     assert out["text"] == prompt[::-1][:budget]
     assert out["meta_info"]["prefill_port"] == c["prefill_port"]
     assert out["meta_info"]["decode_port"] == c["decode_port"]
@@ -91,8 +102,11 @@ def _start_up(c: dict, *args: str) -> tuple[subprocess.Popen[str], list[str]]:
     """`up` in the foreground, as a user runs it; returns it once it says ready."""
     up = subprocess.Popen(
         [sys.executable, "-m", "sglang_engram.cluster", "up", c["spec"], *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=c["env"],
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=c["env"],
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in up.stdout], daemon=True).start()
     seen: list[str] = []
@@ -123,8 +137,14 @@ def test_up_on_a_ray_cluster_status_restart_and_down(cluster):
     import ray
 
     c = cluster
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, namespace="bystander",
-             object_store_memory=100 << 20, log_to_driver=False)  # fmt: skip
+    ray.init(
+        num_cpus=2,
+        num_gpus=2,
+        include_dashboard=False,
+        namespace="bystander",
+        object_store_memory=100 << 20,
+        log_to_driver=False,
+    )
     up = None
     try:
         # Something else on the same Ray cluster, which `down` must leave alone.
@@ -142,7 +162,9 @@ def test_up_on_a_ray_cluster_status_restart_and_down(cluster):
         broken = {**c, "env": {**c["env"], "SGLANG_ENGRAM_CLUSTER_WORKER_CMD": "/nonexistent/srv"}}
         out = _cli(broken, "up", c["spec"], "--address", address, "--timeout", "1800")
         assert out.returncode == 1
-        assert "error: prefill-0 failed to start (cannot start: [Errno 2] No such file" in out.stderr
+        assert (
+            "error: prefill-0 failed to start (cannot start: [Errno 2] No such file" in out.stderr
+        )
         assert not (c["home"] / c["name"] / "state.json").exists()
         wait_for(lambda: ray.available_resources().get("GPU") == 2, 30, "the GPUs to be free")
 

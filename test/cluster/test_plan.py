@@ -65,7 +65,13 @@ def test_plan_text_lists_every_process(tmp_path):
     out = _cli("plan", str(EXAMPLE), "--num-gpus", "2", "--log-dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.strip()}
-    assert rows["prefill-0"][1:2] + rows["prefill-0"][3:7] == ["prefill", "1", "30000", "8998", "hbm"]
+    assert rows["prefill-0"][1:2] + rows["prefill-0"][3:7] == [
+        "prefill",
+        "1",
+        "30000",
+        "8998",
+        "hbm",
+    ]
     assert rows["decode-0"][1:2] + rows["decode-0"][3:7] == ["decode", "1", "30001", "-", "off"]
     assert rows["router"][4] == "8000"
     assert "prefill-0:" in out.stdout and "--disaggregation-mode prefill" in out.stdout
@@ -73,8 +79,14 @@ def test_plan_text_lists_every_process(tmp_path):
 
 
 def test_plan_uses_the_worker_command_override():
-    out = _cli("plan", str(EXAMPLE), "--json", "--num-gpus", "2",
-               env={WORKER_CMD_ENV: "/opt/standin --flag"})  # fmt: skip
+    out = _cli(
+        "plan",
+        str(EXAMPLE),
+        "--json",
+        "--num-gpus",
+        "2",
+        env={WORKER_CMD_ENV: "/opt/standin --flag"},
+    )
     cmd = json.loads(out.stdout)["workers"][0]["command"]
     assert cmd[:3] == ["/opt/standin", "--flag", "--model-path"]
 
@@ -117,12 +129,18 @@ def test_a_worker_larger_than_any_node_is_refused():
 
 
 def test_ports_and_hosts_across_nodes():
-    spec = parse_spec({
-        "model": "/m", "transfer_backend": "nixl", "base_port": 40000,
-        "bootstrap_base_port": 9000,
-        "workers": [{"role": "prefill", "count": 3, "tp_size": 2},
-                    {"role": "decode", "count": 2, "tp_size": 4}],
-    })  # fmt: skip
+    spec = parse_spec(
+        {
+            "model": "/m",
+            "transfer_backend": "nixl",
+            "base_port": 40000,
+            "bootstrap_base_port": 9000,
+            "workers": [
+                {"role": "prefill", "count": 3, "tp_size": 2},
+                {"role": "decode", "count": 2, "tp_size": 4},
+            ],
+        }
+    )
     nodes = [Node("10.0.0.1", 8, "n1"), Node("10.0.0.2", 8, "n2")]
     plan = build_plan(spec, nodes, router_host="10.0.0.9", log_dir="/logs")
     assert [w.port for w in plan.workers] == [40000, 40001, 40002, 40003, 40004]
@@ -144,8 +162,11 @@ def test_shared_gpus_are_packed_as_ray_packs_them():
     nodes = [Node("10.0.0.1", 1), Node("10.0.0.2", 1)]
     got = assign_nodes([("a", 0.6), ("b", 0.4), ("c", 0.6), ("d", 0.4)], nodes)
     assert {n: node.ip for n, node in got.items()} == {
-        "a": "10.0.0.1", "b": "10.0.0.1", "c": "10.0.0.2", "d": "10.0.0.2"
-    }  # fmt: skip
+        "a": "10.0.0.1",
+        "b": "10.0.0.1",
+        "c": "10.0.0.2",
+        "d": "10.0.0.2",
+    }
 
 
 def test_random_assignments_never_overcommit_a_node():

@@ -69,7 +69,9 @@ def test_unknown_keys_are_named_with_a_suggestion():
     msg = _error(_spec(transfer_backnd="nixl"))
     assert msg.startswith("spec: transfer_backnd: unknown key (did you mean 'transfer_backend'?)")
     msg = _error(_group(1, engram_offlod="dram"))
-    assert msg.startswith("spec: workers[1].engram_offlod: unknown key (did you mean 'engram_offload'?)")
+    assert msg.startswith(
+        "spec: workers[1].engram_offlod: unknown key (did you mean 'engram_offload'?)"
+    )
     msg = _error(_spec(router={"port": 8000, "polcy": "random"}))
     assert msg.startswith("spec: router.polcy: unknown key (did you mean 'policy'?)")
     assert "\n" not in msg
@@ -129,9 +131,16 @@ def test_engram_options_checked_against_the_placement():
         )
     ).workers[0]
     assert group.engram_flags == [
-        "--engram-offload", "ssd", "--engram-ssd-dir", "/nvme/t", "--no-engram-prefetch",
-        "--engram-hot-cache-gb", "1.5", "--engram-ram-cache-gb", "8",
-    ]  # fmt: skip
+        "--engram-offload",
+        "ssd",
+        "--engram-ssd-dir",
+        "/nvme/t",
+        "--no-engram-prefetch",
+        "--engram-hot-cache-gb",
+        "1.5",
+        "--engram-ram-cache-gb",
+        "8",
+    ]
 
 
 def test_roles_backend_and_required_keys():
@@ -187,8 +196,10 @@ def test_unreadable_and_malformed_files(tmp_path):
         load_spec(bad)
     # A schema error names the file and the field, on one line.
     wrong = tmp_path / "wrong.yaml"
-    wrong.write_text("model: /m\ntransfer_backend: nixl\nworkers:\n  - {role: prefill}\n"
-                     "  - {role: decode, count: two}\n")  # fmt: skip
+    wrong.write_text(
+        "model: /m\ntransfer_backend: nixl\nworkers:\n  - {role: prefill}\n"
+        "  - {role: decode, count: two}\n"
+    )
     with pytest.raises(ClusterSpecError) as info:
         load_spec(wrong)
     assert str(info.value) == (

@@ -17,11 +17,16 @@ from sglang_engram.cluster.state import HOME_ENV, ClusterNotFound, ClusterState
 
 
 def _state(name: str, phase: str) -> ClusterState:
-    return ClusterState(name=name, ray_address="127.0.0.1:1",
-                        local_ray=True, up_pid=os.getpid(),
-                        up_started=psutil.Process().create_time(), log_dir="/logs",
-                        workers=tuple(f"w-{i}" for i in range(random.randint(1, 50))),
-                        phase=phase)  # fmt: skip
+    workers = [{"name": f"w-{i}"} for i in range(random.randint(1, 50))]
+    return ClusterState(
+        name=name,
+        ray_address="127.0.0.1:1",
+        local_ray=True,
+        up_pid=os.getpid(),
+        up_started=psutil.Process().create_time(),
+        plan={"workers": workers, "router": {"url": "http://10.0.0.1:8000"}, "log_dir": "/logs"},
+        phase=phase,
+    )
 
 
 def test_concurrent_writers_and_a_reader(tmp_path, monkeypatch):
@@ -47,7 +52,9 @@ def test_concurrent_writers_and_a_reader(tmp_path, monkeypatch):
             except ClusterNotFound:
                 pass
 
-    threads = [threading.Thread(target=write, args=(p,)) for p in ("starting", "running", "stopping")]
+    threads = [
+        threading.Thread(target=write, args=(p,)) for p in ("starting", "running", "stopping")
+    ]
     threads.append(threading.Thread(target=read))
     for t in threads:
         t.start()
@@ -77,15 +84,34 @@ def test_status_shows_a_failed_worker_and_its_error(tmp_path, monkeypatch):
     monkeypatch.setenv(HOME_ENV, str(tmp_path))
     name = f"s{random.randint(0, 10**6)}"
     error = f"cannot start: [Errno 2] No such file or directory: '/x/{random.randint(0, 99)}'"
-    ok = {"state": "running", "restarts": 0, "max_restarts": 3, "pid": 11, "role": "decode",
-          "router": {"registered": True}, "engram": []}  # fmt: skip
+    ok = {
+        "state": "running",
+        "restarts": 0,
+        "max_restarts": 3,
+        "pid": 11,
+        "role": "decode",
+        "router": {"registered": True},
+        "engram": [],
+    }
     state = _state(name, "running")
-    state = ClusterState(**{**state.__dict__, "workers": ("prefill-0", "decode-0")})
+    workers = [
+        {"name": n, "engram_offload": o, "port": p, "bootstrap_port": None}
+        for n, o, p in (("prefill-0", "hbm", 30000), ("decode-0", "off", 30001))
+    ]
     state.update(
-        router_url="http://10.0.0.1:8000",
-        members={"prefill-0": {"state": "failed", "restarts": 0, "max_restarts": 3,
-                               "pid": None, "role": "prefill", "error": error},
-                 "decode-0": ok, "router": {**ok, "role": "router"}},  # fmt: skip
+        plan={**state.plan, "workers": workers},
+        members={
+            "prefill-0": {
+                "state": "failed",
+                "restarts": 0,
+                "max_restarts": 3,
+                "pid": None,
+                "role": "prefill",
+                "error": error,
+            },
+            "decode-0": ok,
+            "router": {**ok, "role": "router"},
+        },
         polled_at=time.time(),
     )
     env = {**os.environ, HOME_ENV: str(tmp_path)}
@@ -95,7 +121,8 @@ def test_status_shows_a_failed_worker_and_its_error(tmp_path, monkeypatch):
     status = json.loads(out.stdout)
     assert status["health"] == "degraded"
     assert [(w["name"], w["state"], w.get("error")) for w in status["workers"]] == [
-        ("prefill-0", "failed", error), ("decode-0", "running", None)
-    ]  # fmt: skip
+        ("prefill-0", "failed", error),
+        ("decode-0", "running", None),
+    ]
     text = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120).stdout
     assert f"cluster {name}: degraded" in text and f"prefill-0 failed: {error}" in text

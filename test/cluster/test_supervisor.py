@@ -80,9 +80,15 @@ def test_a_process_that_cannot_be_spawned_fails_at_once(tmp_path, broken):
     if broken == "log":
         log.mkdir()  # a log that cannot be written (even by root)
     argv = (str(missing),) if broken == "command" else (sys.executable, "-c", "pass")
-    sup = ProcessSupervisor(ProcessSpec(name="x", argv=argv, log_path=str(log),
-                                        health_url="http://127.0.0.1:1/health",
-                                        restart=RestartPolicy(max_restarts=3, backoff_s=60)))  # fmt: skip
+    sup = ProcessSupervisor(
+        ProcessSpec(
+            name="x",
+            argv=argv,
+            log_path=str(log),
+            health_url="http://127.0.0.1:1/health",
+            restart=RestartPolicy(max_restarts=3, backoff_s=60),
+        )
+    )
     sup.start()
     # NOTE: failed well before the first 60 s backoff: a spawn error is not retried.
     _until(lambda: sup.state == "failed", timeout_s=10)
@@ -150,6 +156,8 @@ sglang:num_running_reqs{{model_name="m"}} 3.0
     ]
     line = summarize(gauges)
     assert line.startswith("table_bytes{tier=dram}=") and f"hot_cache_hit_ratio={ratio:g}" in line
-    one = '# TYPE sglang:engram_table_bytes gauge\nsglang:engram_table_bytes{tier="hbm"} 3221225472\n'
+    one = (
+        '# TYPE sglang:engram_table_bytes gauge\nsglang:engram_table_bytes{tier="hbm"} 3221225472\n'
+    )
     assert summarize(parse_engram_gauges(one)) == "table_bytes{tier=hbm}=3.0GiB"
     assert parse_engram_gauges("") == [] and summarize([]) == "no engram metrics"

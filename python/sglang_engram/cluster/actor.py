@@ -15,23 +15,22 @@ from typing import Any
 import ray
 
 from sglang_engram.cluster.engram_gauges import fetch_engram_gauges
-from sglang_engram.cluster.registration import Registration, RouterRegistrar
+from sglang_engram.cluster.registration import RouterRegistrar
 from sglang_engram.cluster.supervisor import ProcessSpec, ProcessSupervisor
 
 
 class ServerActor:
-    def __init__(self, spec: ProcessSpec, *, role: str, port: int,
-                 bootstrap_port: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, spec: ProcessSpec, *, role: str, port: int, bootstrap_port: int | None = None
+    ) -> None:
         self.role = role
         self.host = ray.util.get_node_ip_address()
         self.url = f"http://{self.host}:{port}"
         self.gpu_ids = [str(i) for i in ray.get_gpu_ids()]
         self.supervisor = ProcessSupervisor(spec)
-        self.registrar: RouterRegistrar | None = None
-        if role in ("prefill", "decode"):
-            self.registrar = RouterRegistrar(
-                Registration(self.url, role, bootstrap_port), self._worker_state
-            )
+        self.registrar = None
+        if role != "router":
+            self.registrar = RouterRegistrar(self.url, role, bootstrap_port, self._worker_state)
 
     def _worker_state(self) -> tuple[bool, int]:
         # NOTE: a worker stays registered while its process lives (once it has answered
@@ -48,8 +47,13 @@ class ServerActor:
 
     def status(self) -> dict[str, Any]:
         status = self.supervisor.snapshot()
-        status.update(role=self.role, host=self.host,
-                      url=self.url, gpu_ids=self.gpu_ids, supervisor_pid=os.getpid())  # fmt: skip
+        status.update(
+            role=self.role,
+            host=self.host,
+            url=self.url,
+            gpu_ids=self.gpu_ids,
+            supervisor_pid=os.getpid(),
+        )
         if self.registrar is not None:
             status["router"] = self.registrar.snapshot()
             alive = status["state"] in ("running", "unhealthy")

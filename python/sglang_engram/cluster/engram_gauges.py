@@ -1,8 +1,7 @@
 """The plugin's Engram gauges (``sglang:engram_*``) on a worker's /metrics, for ``status``.
 
-Whatever ``sglang:engram_`` gauges are there are returned (table bytes per tier, the hot
-cache's hit ratio, ...); counters and histograms are left out. None at all (no plugin,
-metrics disabled, a non-Engram model) is not an error.
+Counters and histograms are left out; no gauges at all (no plugin, metrics disabled, a
+non-Engram model) is not an error.
 """
 
 from __future__ import annotations
@@ -25,9 +24,9 @@ def parse_engram_gauges(text: str) -> list[dict[str, Any]]:
     ]
 
 
-def fetch_engram_gauges(metrics_url: str, timeout_s: float = 3.0) -> list[dict[str, Any]]:
+def fetch_engram_gauges(metrics_url: str) -> list[dict[str, Any]]:
     try:
-        resp = requests.get(metrics_url, timeout=timeout_s)
+        resp = requests.get(metrics_url, timeout=3)
         resp.raise_for_status()
         return parse_engram_gauges(resp.text)
     except (requests.RequestException, ValueError):  # ValueError: not the text format
@@ -35,20 +34,17 @@ def fetch_engram_gauges(metrics_url: str, timeout_s: float = 3.0) -> list[dict[s
 
 
 def summarize(samples: list[dict[str, Any]]) -> str:
-    """One short line: each sample as name{labels}=value, byte gauges in GiB/MiB."""
-    if not samples:
-        return "no engram metrics"
+    """One short line: each sample as name{labels}=value, byte gauges in GiB/MiB/KiB."""
     parts = []
     for s in samples:
-        name = s["name"][len(PREFIX) :]
+        name, value = s["name"].removeprefix(PREFIX), s["value"]
         labels = ",".join(f"{k}={v}" for k, v in s["labels"].items())
-        value = _bytes(s["value"]) if name.endswith("_bytes") else f"{s['value']:g}"
-        parts.append(f"{name}{{{labels}}}={value}" if labels else f"{name}={value}")
-    return " ".join(parts)
+        shown = f"{value:g}"
+        if name.endswith("_bytes"):
+            unit = next((u for u in ("GiB", "MiB", "KiB") if value >= _UNITS[u]), None)
+            shown = f"{value / _UNITS[unit]:.1f}{unit}" if unit else f"{value:g}B"
+        parts.append(f"{name}{{{labels}}}={shown}" if labels else f"{name}={shown}")
+    return " ".join(parts) or "no engram metrics"
 
 
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return f"{n:g}B"
+_UNITS = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10}

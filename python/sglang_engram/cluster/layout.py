@@ -1,16 +1,13 @@
 """The GPU assignment: which node each worker runs on.
 
 First fit, largest worker first, over the nodes of the Ray cluster (or this host when
-planning without one). ``up`` pins each worker's actor to its node, so the host the plan
-prints is the host the worker runs on; which GPUs of that node it gets is Ray's choice
-(``status`` shows them), so the plan names none.
+planning without one). ``up`` pins each worker's actor to its node; which GPUs of that
+node it gets is Ray's choice (``status`` shows them), so the plan names none.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 
@@ -71,36 +68,36 @@ def _take(free: list[float], gpus: float) -> bool:
     return True
 
 
+def ray_nodes() -> list[Node]:
+    """The live nodes with GPUs of the connected Ray cluster, as Ray accounts them."""
+    import ray
+
+    return [
+        Node(n["NodeManagerAddress"], n["Resources"]["GPU"], n["NodeID"])
+        for n in ray.nodes()
+        if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) > 0
+    ]
+
+
 def local_node(num_gpus: float | None) -> Node:
     """This host as one node: the GPUs Ray would detect, or ``num_gpus``."""
-    gpus = detect_local_gpus() if num_gpus is None else num_gpus
+    import ray
+
+    gpus = _local_gpus() if num_gpus is None else num_gpus
     if gpus <= 0:
         raise ClusterSpecError(
             "this host has no GPU that Ray would see; pass --num-gpus N to plan for N GPUs, "
             "or --address to plan against a Ray cluster"
         )
-    return Node(ip=local_ip(), gpus=gpus)
+    return Node(ip=ray.util.get_node_ip_address(), gpus=gpus)
 
 
-def detect_local_gpus() -> int:
+def _local_gpus() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip()])
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):  # no nvidia-smi: no NVIDIA GPU
         return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
-
-
-def local_ip() -> str:
-    """The address other nodes reach this host at (the outbound interface's)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("10.255.255.255", 1))  # no packet is sent for a UDP connect
-            return str(s.getsockname()[0])
-        except OSError:
-            return "127.0.0.1"
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))

@@ -1,10 +1,9 @@
 """The resolved cluster: every worker's command line, node and ports, and the router's.
 
 ``plan`` prints this without starting anything; ``up`` builds the same plan against the
-live Ray cluster and runs it. Ports are fixed by the spec: worker k (in spec order) serves
-on ``base_port + k``, the j-th prefill worker's bootstrap server on
-``bootstrap_base_port + j``; ports are unique cluster-wide, so they never collide
-wherever the workers run.
+live Ray cluster and runs it. Worker k (in spec order) serves on ``base_port + k``, the
+j-th prefill worker's bootstrap server on ``bootstrap_base_port + j``: ports are unique
+cluster-wide, so they never collide wherever the workers run.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from typing import Any
 
 from sglang_engram.cluster.layout import Node, assign_nodes
 from sglang_engram.cluster.spec import ClusterSpec
+from sglang_engram.cluster.state import run_dir
 
 # Replaces `python -m sglang.launch_server` in every worker's command; the CPU tests set
 # it to a stand-in server, because SGLang cannot serve without a GPU.
@@ -26,56 +26,53 @@ BIND_HOST = "0.0.0.0"
 
 
 @dataclass(frozen=True)
-class WorkerPlan:
-    name: str
-    group: str
-    role: str
+class ProcessPlan:
     host: str
-    node_id: str | None
-    gpus: float
     port: int
-    bootstrap_port: int | None
-    engram_offload: str
     command: tuple[str, ...]
     log: str
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "url": self.url, "command": list(self.command)}
 
 
 @dataclass(frozen=True)
-class RouterPlan:
-    host: str
-    port: int
-    prometheus_port: int
-    command: tuple[str, ...]
-    log: str
+class WorkerPlan(ProcessPlan):
+    name: str
+    role: str
+    node_id: str | None
+    gpus: float
+    bootstrap_port: int | None
+    engram_offload: str
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    def to_dict(self) -> dict[str, Any]:
+        gpus = int(self.gpus) if self.gpus == int(self.gpus) else self.gpus
+        return {**super().to_dict(), "gpus": gpus}
 
 
 @dataclass(frozen=True)
 class ClusterPlan:
     spec: ClusterSpec
     workers: tuple[WorkerPlan, ...]
-    router: RouterPlan
+    router: ProcessPlan
     log_dir: str
 
     def to_dict(self) -> dict[str, Any]:
-        def row(p: WorkerPlan | RouterPlan) -> dict[str, Any]:
-            d = {**asdict(p), "url": p.url, "command": list(p.command)}
-            if "gpus" in d and d["gpus"] == int(d["gpus"]):
-                d["gpus"] = int(d["gpus"])
-            return d
-
         s = self.spec
-        return {"name": s.name, "namespace": s.namespace, "model": s.model,
-                "transfer_backend": s.transfer_backend, "log_dir": self.log_dir,
-                "warnings": s.warnings, "workers": [row(w) for w in self.workers],
-                "router": row(self.router)}  # fmt: skip
+        return {
+            "name": s.name,
+            "namespace": s.namespace,
+            "model": s.model,
+            "transfer_backend": s.transfer_backend,
+            "log_dir": self.log_dir,
+            "warnings": s.warnings,
+            "workers": [w.to_dict() for w in self.workers],
+            "router": self.router.to_dict(),
+        }
 
     def render(self) -> str:
         s, r = self.spec, self.router
@@ -87,8 +84,10 @@ class ClusterPlan:
         ]
         for w in self.workers:
             boot = "-" if w.bootstrap_port is None else str(w.bootstrap_port)
-            lines.append(f"{w.name:<16} {w.role:<8} {w.host:<16} {w.gpus:<5g} {w.port:<6} "
-                         f"{boot:<9} {w.engram_offload}")  # fmt: skip
+            lines.append(
+                f"{w.name:<16} {w.role:<8} {w.host:<16} {w.gpus:<5g} {w.port:<6} "
+                f"{boot:<9} {w.engram_offload}"
+            )
         lines.append(f"{'router':<16} {'router':<8} {r.host:<16} {'-':<5} {r.port:<6} {'-':<9} -")
         lines += ["", "commands:"]
         lines += [f"  {w.name}: {shlex.join(w.command)}" for w in self.workers]
@@ -97,45 +96,46 @@ class ClusterPlan:
 
 
 def build_plan(
-    spec: ClusterSpec, nodes: list[Node], *, router_host: str, log_dir: str
+    spec: ClusterSpec, nodes: list[Node], *, router_host: str, log_dir: str | None = None
 ) -> ClusterPlan:
-    """Assign the workers to ``nodes`` and resolve every command line."""
+    """Assign the workers to ``nodes`` and resolve every command line; the logs go to
+    ``log_dir``, else the spec's, else the cluster's run directory."""
+    log_dir = log_dir or spec.log_dir or str(run_dir(spec.name) / "logs")
     names = [(name, g) for g in spec.workers for name in g.worker_names]
     assigned = assign_nodes([(name, g.gpus_per_worker) for name, g in names], nodes)
+    prefix = shlex.split(os.environ.get(WORKER_CMD_ENV, ""))
+    prefix = prefix or [sys.executable, "-m", "sglang.launch_server"]
     workers: list[WorkerPlan] = []
-    n_prefill = 0
     for k, (name, group) in enumerate(names):
         port, bootstrap = spec.base_port + k, None
-        argv = [*worker_prefix(), "--model-path", spec.model, "--host", BIND_HOST]
-        argv += ["--port", str(port), "--tp-size", str(group.tp_size)]
-        argv += ["--disaggregation-mode", group.role]
+        argv = [*prefix, "--model-path", spec.model, "--host", BIND_HOST, "--port", str(port)]
+        argv += ["--tp-size", str(group.tp_size), "--disaggregation-mode", group.role]
         argv += ["--disaggregation-transfer-backend", spec.transfer_backend]
         if group.role == "prefill":
-            bootstrap = spec.bootstrap_base_port + n_prefill
-            n_prefill += 1
+            bootstrap = spec.bootstrap_base_port + sum(w.role == "prefill" for w in workers)
             argv += ["--disaggregation-bootstrap-port", str(bootstrap)]
         # --enable-metrics: `status` reads the plugin's Engram gauges from /metrics.
         argv += [*group.engram_flags, "--enable-metrics", *group.extra_args]
         node = assigned[name]
-        workers.append(WorkerPlan(name=name, group=group.name, role=group.role, host=node.ip,
-                                  node_id=node.node_id, gpus=group.gpus_per_worker, port=port,
-                                  bootstrap_port=bootstrap, engram_offload=group.engram_offload,
-                                  command=tuple(argv), log=str(Path(log_dir) / f"{name}.log")))  # fmt: skip
-    router = RouterPlan(
-        host=router_host,
-        port=spec.router.port,
-        prometheus_port=spec.router.prometheus_port,
-        command=tuple(_router_argv(spec, workers)),
-        log=str(Path(log_dir) / "router.log"),
+        workers.append(
+            WorkerPlan(
+                host=node.ip,
+                port=port,
+                command=tuple(argv),
+                log=str(Path(log_dir) / f"{name}.log"),
+                name=name,
+                role=group.role,
+                node_id=node.node_id,
+                gpus=group.gpus_per_worker,
+                bootstrap_port=bootstrap,
+                engram_offload=group.engram_offload,
+            )
+        )
+    router_argv = tuple(_router_argv(spec, workers))
+    router = ProcessPlan(
+        router_host, spec.router.port, router_argv, str(Path(log_dir) / "router.log")
     )
     return ClusterPlan(spec=spec, workers=tuple(workers), router=router, log_dir=log_dir)
-
-
-def worker_prefix() -> list[str]:
-    override = os.environ.get(WORKER_CMD_ENV)
-    if override:
-        return shlex.split(override)
-    return [sys.executable, "-m", "sglang.launch_server"]
 
 
 def _router_argv(spec: ClusterSpec, workers: list[WorkerPlan]) -> list[str]:
@@ -143,8 +143,7 @@ def _router_argv(spec: ClusterSpec, workers: list[WorkerPlan]) -> list[str]:
     argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", BIND_HOST]
     argv += ["--port", str(spec.router.port), "--pd-disaggregation"]
     for w in workers:
-        if w.role == "prefill":
-            argv += ["--prefill", w.url, str(w.bootstrap_port)]
+        argv += ["--prefill", w.url, str(w.bootstrap_port)] if w.role == "prefill" else []
     argv += [a for w in workers if w.role == "decode" for a in ("--decode", w.url)]
     argv += ["--policy", spec.router.policy, "--prometheus-port", str(spec.router.prometheus_port)]
     # NOTE: at "info" the router logs every registration poll; extra_args may override.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -35,8 +34,9 @@ def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
         resp = requests.request(method, url, json=body, timeout=5)
         resp.raise_for_status()
     except requests.HTTPError as exc:
-        raise RouterError(f"{method} {url}: HTTP {exc.response.status_code} "
-                          f"{exc.response.text[:200]}") from None  # fmt: skip
+        raise RouterError(
+            f"{method} {url}: HTTP {exc.response.status_code} {exc.response.text[:200]}"
+        ) from None
     except requests.RequestException as exc:
         raise RouterError(f"{method} {url}: {exc}") from None
     return resp.json() if resp.content else None
@@ -46,40 +46,24 @@ def list_workers(router_url: str) -> list[dict[str, Any]]:
     return list(_call("GET", f"{router_url}/workers").get("workers", []))
 
 
-@dataclass(frozen=True)
-class Registration:
-    worker_url: str
-    role: str
-    bootstrap_port: int | None
-
-    def find(self, router_url: str) -> dict[str, Any] | None:
-        url = self.worker_url.rstrip("/")
-        return next((w for w in list_workers(router_url) if w.get("url", "").rstrip("/") == url),
-                    None)  # fmt: skip
-
-    def add(self, router_url: str) -> None:
-        body: dict[str, Any] = {"url": self.worker_url, "worker_type": self.role}
-        if self.bootstrap_port is not None:
-            body["bootstrap_port"] = self.bootstrap_port
-        _call("POST", f"{router_url}/workers", body)
-
-
 # () -> (should be registered: alive and healthy, incarnation: restarts so far)
 WorkerState = Callable[[], tuple[bool, int]]
 
 
 class RouterRegistrar:
-    def __init__(self, registration: Registration, worker_state: WorkerState) -> None:
-        self.registration = registration
+    def __init__(self, url: str, role: str, bootstrap_port: int | None, worker_state: WorkerState):
+        self._body: dict[str, Any] = {"url": url, "worker_type": role}
+        if bootstrap_port is not None:
+            self._body["bootstrap_port"] = bootstrap_port
         self._worker_state = worker_state
         self._router_url: str | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
         self._incarnation = 0  # the incarnation the router's entry was made for
         self._pending: tuple[str, float] | None = None
-        self._snapshot: dict[str, Any] = {"registered": None, "worker_id": None,
-                                          "reregistrations": 0, "removals": 0, "error": None}  # fmt: skip
+        self._snapshot: dict[str, Any] = dict(
+            registered=None, worker_id=None, reregistrations=0, removals=0, error=None
+        )
 
     def attach(self, router_url: str, interval_s: float = 2.0) -> None:
         """Start reconciling against the router at ``router_url``, which registered the
@@ -87,16 +71,10 @@ class RouterRegistrar:
         self._router_url = router_url.rstrip("/")
         self._incarnation = self._worker_state()[1]
         self._tick()  # NOTE: so that status is accurate from the moment `up` says ready
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._loop, args=(interval_s,), name="router-registrar", daemon=True
-            )
-            self._thread.start()
+        threading.Thread(target=self._loop, args=(interval_s,), daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -118,7 +96,9 @@ class RouterRegistrar:
     def _reconcile(self) -> None:
         assert self._router_url is not None
         want, incarnation = self._worker_state()
-        entry = self.registration.find(self._router_url)
+        url = self._body["url"].rstrip("/")
+        listed = list_workers(self._router_url)
+        entry = next((w for w in listed if w.get("url", "").rstrip("/") == url), None)
         pending, counts = self._pending, self._snapshot
         if pending is not None:
             action, since = pending
@@ -131,7 +111,7 @@ class RouterRegistrar:
             with self._lock:
                 counts["removals"] += 1
         elif pending is None and entry is None and want:
-            self.registration.add(self._router_url)
+            _call("POST", f"{self._router_url}/workers", self._body)
             pending = ("add", time.monotonic())
             self._incarnation = incarnation
             with self._lock:

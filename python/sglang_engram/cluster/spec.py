@@ -1,16 +1,15 @@
 """The cluster spec: the model, the transfer backend, the router and groups of prefill /
 decode workers, read from YAML and checked by one pydantic schema.
 
-Every mistake ends as one line naming the file and the field (``load_spec``);
-questionable but legal choices (Engram off on a prefill worker, the fake transfer
-backend) become ``warnings``. Where each worker runs is the plan's job.
+Every mistake ends as one line naming the file and the field; questionable but legal
+choices (Engram off on a prefill worker, the fake transfer backend) become ``warnings``.
 """
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -20,7 +19,8 @@ from sglang_engram.yaml_file import read_mapping
 
 # NOTE: mirrors the plugin's --engram-offload choices (engram.tables.PLACEMENTS); kept
 # here so that reading a spec imports no torch. test_spec checks the two agree.
-ENGRAM_OFFLOADS = ("hbm", "dram", "ssd", "off")
+EngramOffload = Literal["hbm", "dram", "ssd", "off"]
+ENGRAM_OFFLOADS = get_args(EngramOffload)
 NAME = r"^[a-z0-9][a-z0-9-]*$"
 # Flags the launcher sets itself; extra_args may not set them.
 MANAGED_WORKER_FLAGS = (
@@ -28,11 +28,17 @@ MANAGED_WORKER_FLAGS = (
     *("--disaggregation-mode", "--disaggregation-transfer-backend"),
     *("--disaggregation-bootstrap-port", *ENGRAM_FLAGS),
 )
-MANAGED_ROUTER_FLAGS = ("--host", "--port", "--pd-disaggregation", "--prefill", "--decode",
-                        "--worker-urls", "--policy", "--prometheus-port")  # fmt: skip
+MANAGED_ROUTER_FLAGS = (
+    *("--host", "--port", "--pd-disaggregation", "--prefill", "--decode"),
+    *("--worker-urls", "--policy", "--prometheus-port"),
+)
 
 
-class ClusterSpecError(ValueError):
+class ClusterError(Exception):
+    """Anything the cluster CLI reports as one ``error:`` line."""
+
+
+class ClusterSpecError(ClusterError, ValueError):
     """The spec file is missing, malformed or asks for something impossible."""
 
 
@@ -90,7 +96,7 @@ class WorkerGroup(_Model):
     count: int = Field(1, ge=1)
     tp_size: int = Field(1, ge=1)
     gpus_per_worker: float = Field(0, gt=0)  # default: tp_size
-    engram_offload: Literal["hbm", "dram", "ssd", "off"] = DEFAULT_OFFLOAD
+    engram_offload: EngramOffload = DEFAULT_OFFLOAD
     engram_ssd_dir: str | None = None
     engram_prefetch: bool | None = None
     engram_hot_cache_gb: float | None = Field(None, ge=0)
@@ -116,17 +122,17 @@ class WorkerGroup(_Model):
     @model_validator(mode="after")
     def check_group(self) -> WorkerGroup:
         gpus, tp = self.gpus_per_worker, self.tp_size
+        problem = None
         if gpus < 1 and tp != 1:
-            raise ValueError(f"gpus_per_worker {gpus:g} shares a GPU, which only works with "
-                             f"tp_size 1 (tp_size is {tp})")  # fmt: skip
-        if gpus >= 1 and gpus != int(gpus):
-            raise ValueError(f"gpus_per_worker {gpus:g} must be a whole number "
-                             "(or below 1 to share a GPU)")  # fmt: skip
-        if gpus >= 1 and gpus < tp:
-            raise ValueError(f"gpus_per_worker {gpus:g} is less than tp_size {tp}; a TP-{tp} "
-                             f"server needs at least {tp} GPUs")  # fmt: skip
-        if gpus >= 1 and gpus % tp:
-            raise ValueError(f"gpus_per_worker {gpus:g} is not a multiple of tp_size {tp}")
+            problem = f"shares a GPU, which only works with tp_size 1 (tp_size is {tp})"
+        elif gpus >= 1 and gpus != int(gpus):
+            problem = "must be a whole number (or below 1 to share a GPU)"
+        elif gpus >= 1 and gpus < tp:
+            problem = f"is less than tp_size {tp}; a TP-{tp} server needs at least {tp} GPUs"
+        elif gpus >= 1 and gpus % tp:
+            problem = f"is not a multiple of tp_size {tp}"
+        if problem:
+            raise ValueError(f"gpus_per_worker {gpus:g} {problem}")
         if self.engram_offload == "ssd" and not self.engram_ssd_dir:
             raise ValueError("engram_offload ssd needs engram_ssd_dir")
         return self
@@ -151,20 +157,20 @@ class WorkerGroup(_Model):
 
     def warnings(self, where: str) -> list[str]:
         offload, out = self.engram_offload, []
-        unused = [key for key, used in (
-            ("engram_ssd_dir (only ssd)", not self.engram_ssd_dir or offload == "ssd"),
-            ("engram_ram_cache_gb (only ssd)", self.engram_ram_cache_gb is None or offload == "ssd"),
-            ("engram_hot_cache_gb (only dram or ssd)",
-             not self.engram_hot_cache_gb or offload in ("dram", "ssd")),
-            ("engram_prefetch", self.engram_prefetch is None or offload != "off"),
-        ) if not used]  # fmt: skip
-        if unused:
+        ignored = {
+            "engram_ssd_dir (only ssd)": self.engram_ssd_dir and offload != "ssd",
+            "engram_ram_cache_gb (only ssd)": self.engram_ram_cache_gb is not None
+            and offload != "ssd",
+            "engram_hot_cache_gb (only dram or ssd)": self.engram_hot_cache_gb
+            and offload not in ("dram", "ssd"),
+            "engram_prefetch": self.engram_prefetch is not None and offload == "off",
+        }
+        if unused := [key for key, bad in ignored.items() if bad]:
             out.append(f"{where}: engram_offload {offload} ignores {', '.join(unused)}")
         if self.role == "prefill" and offload == "off":
             out.append(
                 f"{where}: engram_offload off on a prefill worker: prompts are processed "
-                "without the Engram tables, so outputs differ from the full model; prefill "
-                "workers normally keep Engram (hbm, dram or ssd)"
+                "without the Engram tables, so outputs differ from the full model"
             )
         return out
 
@@ -189,24 +195,32 @@ class ClusterSpec(_Model):
                 raise ValueError(f"two worker groups are named {n!r}; give each a distinct 'name'")
         for role in ("prefill", "decode"):
             if role not in {g.role for g in self.workers}:
-                raise ValueError(f"no {role} worker group; PD disaggregation needs at least "
-                                 "one prefill and one decode worker")  # fmt: skip
+                raise ValueError(f"no {role} worker group; PD needs a prefill and a decode group")
         n_prefill = sum(g.count for g in self.workers if g.role == "prefill")
-        ranges = {
-            "worker ports": range(self.base_port, self.base_port + self.num_workers),
-            "bootstrap ports": range(self.bootstrap_base_port, self.bootstrap_base_port + n_prefill),
-            "router port": range(self.router.port, self.router.port + 1),
-            "router prometheus_port": range(self.router.prometheus_port,
-                                            self.router.prometheus_port + 1),
-        }  # fmt: skip
-        items = list(ranges.items())
-        for i, (a, ra) in enumerate(items):
+        ranges = [
+            (
+                "worker ports",
+                range(self.base_port, self.base_port + sum(g.count for g in self.workers)),
+            ),
+            (
+                "bootstrap ports",
+                range(self.bootstrap_base_port, self.bootstrap_base_port + n_prefill),
+            ),
+            ("router port", range(self.router.port, self.router.port + 1)),
+            (
+                "router prometheus_port",
+                range(self.router.prometheus_port, self.router.prometheus_port + 1),
+            ),
+        ]
+        for i, (a, ra) in enumerate(ranges):
             if ra.start < 1 or ra.stop - 1 > 65535:
                 raise ValueError(f"{a} {_span(ra)} fall outside 1-65535")
-            for b, rb in items[i + 1 :]:
+            for b, rb in ranges[i + 1 :]:
                 if ra.start < rb.stop and rb.start < ra.stop:
-                    raise ValueError(f"{a} {_span(ra)} overlap {b} {_span(rb)}; change "
-                                     "base_port, bootstrap_base_port or the router's ports")  # fmt: skip
+                    raise ValueError(
+                        f"{a} {_span(ra)} overlap {b} {_span(rb)}; change "
+                        "base_port, bootstrap_base_port or the router's ports"
+                    )
         return self
 
     @property
@@ -215,15 +229,10 @@ class ClusterSpec(_Model):
         return f"sglang-engram-{self.name}"
 
     @property
-    def num_workers(self) -> int:
-        return sum(g.count for g in self.workers)
-
-    @property
     def warnings(self) -> list[str]:
         out = [w for i, g in enumerate(self.workers) for w in g.warnings(f"workers[{i}]")]
         if self.transfer_backend == "fake":
-            out.append("transfer_backend fake moves no KV cache between prefill and decode; "
-                       "it is for tests only")  # fmt: skip
+            out.append("transfer_backend fake moves no KV cache; it is for tests only")
         return out
 
 
@@ -234,51 +243,42 @@ def load_spec(path: str | Path) -> ClusterSpec:
     return parse_spec(data, where=str(path), default_name=path.stem)
 
 
-def parse_spec(data: dict[str, Any], *, where: str = "spec", default_name: str = "cluster") -> ClusterSpec:
+def parse_spec(
+    data: dict[str, Any], *, where: str = "spec", default_name: str = "cluster"
+) -> ClusterSpec:
     try:
-        return ClusterSpec.model_validate(
-            {"name": default_name.lower().replace("_", "-"), **data}
-        )
+        return ClusterSpec.model_validate({"name": default_name.lower().replace("_", "-"), **data})
     except ValidationError as exc:
         raise ClusterSpecError(f"{where}: {_one_line(exc)}") from None
 
 
 _MESSAGES = {
-    "missing": "required key is missing",
     "string_pattern_mismatch": "must use lowercase letters, digits and '-'",
     "too_short": "must not be empty",
+}
+_SECTIONS: dict[Any, type[BaseModel]] = {
+    "workers": WorkerGroup,
+    "router": RouterSpec,
+    "restart": RestartPolicy,
 }
 
 
 def _one_line(exc: ValidationError) -> str:
     """The first error as ``field: what is wrong``, e.g. ``workers[1].count: ...``."""
-    errors = exc.errors()
-    err = errors[0]
+    err, *more = exc.errors()
     loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-    msg = err["msg"].removeprefix("Value error, ")
+    msg = f"{_MESSAGES.get(err['type'], err['msg'])}, not {err.get('input')!r}"
     if err["type"] == "extra_forbidden":
-        model = _model_at(err["loc"][:-1])
+        model = _SECTIONS.get(err["loc"][0], ClusterSpec) if len(err["loc"]) > 1 else ClusterSpec
         close = difflib.get_close_matches(str(err["loc"][-1]), model.model_fields, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         msg = f"unknown key{hint}; allowed keys: {', '.join(model.model_fields)}"
     elif err["type"] == "missing":
-        msg = _MESSAGES["missing"]
-    elif err["type"] in _MESSAGES:
-        msg = f"{_MESSAGES[err['type']]}, not {err['input']!r}"
-    elif err["type"] != "value_error":
-        msg = f"{msg}, not {err['input']!r}"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{loc}: {msg}{more}" if loc else f"{msg}{more}"
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
-    model: type[BaseModel] = ClusterSpec
-    for part in loc:
-        if part == "workers":
-            model = WorkerGroup
-        elif part in ("router", "restart"):
-            model = RouterSpec if part == "router" else RestartPolicy
-    return model
+        msg = "required key is missing"
+    elif err["type"] == "value_error":
+        msg = err["msg"].removeprefix("Value error, ")
+    msg += f" (and {len(more)} more)" if more else ""
+    return f"{loc}: {msg}" if loc else msg
 
 
 def _span(ports: range) -> str:

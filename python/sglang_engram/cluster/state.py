@@ -18,12 +18,12 @@ from typing import Any
 import psutil
 
 from engram.files import atomic_write
+from sglang_engram.cluster.spec import ClusterError
 
 HOME_ENV = "SGLANG_ENGRAM_CLUSTER_HOME"
-ROUTER_ACTOR = "router"
 
 
-class ClusterNotFound(LookupError):
+class ClusterNotFound(ClusterError):
     """No state file for the named cluster."""
 
 
@@ -39,18 +39,11 @@ class ClusterState:
     local_ray: bool  # `up` started its own Ray, which ends with it
     up_pid: int
     up_started: float  # the `up` process's start time: tells it from a reused pid
-    log_dir: str
-    workers: tuple[str, ...]
-    router_url: str | None = None
+    plan: dict[str, Any]  # ClusterPlan.to_dict(): the workers, the router, the log directory
     phase: str = "starting"  # starting | running | stopping
-    plan: dict[str, Any] = field(default_factory=dict)
     # Each actor's last status as `up` polled it, and when (time.time()).
     members: dict[str, dict[str, Any]] = field(default_factory=dict)
     polled_at: float | None = None
-
-    @property
-    def path(self) -> Path:
-        return run_dir(self.name) / "state.json"
 
     @property
     def up_alive(self) -> bool:
@@ -64,7 +57,7 @@ class ClusterState:
 
     def save(self) -> None:
         # NOTE: writers may overlap (two shells): atomic_write gives each its own temp file.
-        atomic_write(self.path, json.dumps(asdict(self), indent=2))
+        atomic_write(_path(self.name), json.dumps(asdict(self), indent=2))
 
     def update(self, **changes: Any) -> ClusterState:
         new = replace(self, **changes)
@@ -75,15 +68,28 @@ class ClusterState:
         return self.update(members={**self.members, **statuses}, polled_at=time.time())
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        _path(self.name).unlink(missing_ok=True)
 
     @classmethod
     def load(cls, name: str) -> ClusterState:
-        path = run_dir(name) / "state.json"
         try:
-            data = json.loads(path.read_text())
+            return cls(**json.loads(_path(name).read_text()))
         except FileNotFoundError:
             raise ClusterNotFound(
-                f"no cluster named {name!r} is known here (no {path}); was it started with `up`?"
+                f"no cluster named {name!r} is known here (no {_path(name)}); "
+                "was it started with `up`?"
             ) from None
-        return cls(**{**data, "workers": tuple(data["workers"])})
+
+    @classmethod
+    def running(cls, name: str) -> ClusterState | None:
+        """The cluster's state while its `up` runs; None, with the stale state dropped,
+        once that `up` is gone (and everything it started with it)."""
+        state = cls.load(name)
+        if state.up_alive:
+            return state
+        state.remove()
+        return None
+
+
+def _path(name: str) -> Path:
+    return run_dir(name) / "state.json"

@@ -10,6 +10,7 @@ if the supervising process dies without stopping it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import os
@@ -18,13 +19,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+import requests
 
 from sglang_engram.cluster.spec import RestartPolicy
 
@@ -41,7 +41,6 @@ class ProcessSpec:
     health_url: str
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     stop_grace_s: float = 15.0
-    health_interval_s: float = 1.0
 
 
 class ProcessSupervisor:
@@ -51,21 +50,16 @@ class ProcessSupervisor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._state = "stopped"
-        self._restarts = 0
+        self.state = "stopped"  # written under _lock by the owning thread
+        self.restarts = 0
         self._exit_codes: list[int] = []
         self._started_at: float | None = None
         self._killed_pids: list[int] = []
         self._error: str | None = None
 
-    # ---- control -------------------------------------------------------------------
-
     def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError(f"{self.spec.name} was already started")
-        self._state = "starting"
-        self._thread = threading.Thread(target=self._run, name=f"supervise-{self.spec.name}")
-        self._thread.daemon = True
+        self.state = "starting"
+        self._thread = threading.Thread(target=self._run, name=self.spec.name, daemon=True)
         self._thread.start()
 
     def stop(self) -> list[int]:
@@ -74,27 +68,17 @@ class ProcessSupervisor:
         if self._thread is not None:
             self._thread.join(self.spec.stop_grace_s + 15)
         with self._lock:
-            if self._state != "failed":
-                self._state = "stopped"
+            if self.state != "failed":
+                self.state = "stopped"
             return list(self._killed_pids)
-
-    # ---- reading -------------------------------------------------------------------
-
-    @property
-    def state(self) -> str:
-        return self._state
-
-    @property
-    def restarts(self) -> int:
-        return self._restarts
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             proc = self._proc
             return {
-                "state": self._state,
+                "state": self.state,
                 "pid": proc.pid if proc is not None and proc.poll() is None else None,
-                "restarts": self._restarts,
+                "restarts": self.restarts,
                 "max_restarts": self.spec.restart.max_restarts,
                 "exit_codes": list(self._exit_codes),
                 "uptime_s": None if self._started_at is None else time.time() - self._started_at,
@@ -104,15 +88,10 @@ class ProcessSupervisor:
 
     def log_tail(self, lines: int = 20) -> list[str]:
         try:
-            with open(self.spec.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 64 * 1024))
-                text = f.read().decode(errors="replace")
+            with open(self.spec.log_path, errors="replace") as f:
+                return [line.rstrip("\n") for line in collections.deque(f, lines)]
         except OSError:
             return []
-        return text.splitlines()[-lines:]
-
-    # ---- the owning thread ---------------------------------------------------------
 
     def _run(self) -> None:
         while True:
@@ -121,7 +100,7 @@ class ProcessSupervisor:
             except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 # NOTE: a command that cannot run will not run after a backoff either.
                 with self._lock:
-                    self._state, self._error = "failed", f"cannot start: {exc}"
+                    self.state, self._error = "failed", f"cannot start: {exc}"
                 self._log(self._error)
                 return
             code = self._watch(proc)
@@ -130,19 +109,19 @@ class ProcessSupervisor:
             _stop_group(proc.pid, 5.0)  # what it left behind (children without a death signal)
             with self._lock:
                 self._exit_codes.append(code)
-                if self._restarts >= self.spec.restart.max_restarts:
-                    self._state = "failed"
-                    self._error = f"exited with {code}; gave up after {self._restarts} restarts"
+                if self.restarts >= self.spec.restart.max_restarts:
+                    self.state = "failed"
+                    self._error = f"exited with {code}; gave up after {self.restarts} restarts"
                     self._log(self._error)
                     return
-                self._restarts += 1
-                self._state = "restarting"
-                delay = self.spec.restart.delay(self._restarts)
-            self._log(f"exited with {code}; restart {self._restarts} in {delay:g}s")
+                self.restarts += 1
+                self.state = "restarting"
+                delay = self.spec.restart.delay(self.restarts)
+            self._log(f"exited with {code}; restart {self.restarts} in {delay:g}s")
             if self._stop.wait(delay):
                 return
             with self._lock:
-                self._state = "starting"
+                self.state = "starting"
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         Path(self.spec.log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -162,11 +141,8 @@ class ProcessSupervisor:
         return proc
 
     def _watch(self, proc: subprocess.Popen[bytes]) -> int | None:
-        next_check = 0.0
-        while True:
-            code = proc.poll()
-            if code is not None:
-                return code
+        """Poll health once a second until the process exits (its code) or stop (None)."""
+        while (code := proc.poll()) is None:
             if self._stop.is_set():
                 self._log("stopping")
                 pids = _stop_group(proc.pid, self.spec.stop_grace_s)
@@ -174,15 +150,14 @@ class ProcessSupervisor:
                 with self._lock:
                     self._killed_pids = pids
                 return None
-            if time.monotonic() >= next_check:
-                healthy = probe(self.spec.health_url)
-                next_check = time.monotonic() + self.spec.health_interval_s
-                with self._lock:
-                    if healthy and self._state in ("starting", "unhealthy"):
-                        self._state = "running"
-                    elif not healthy and self._state == "running":
-                        self._state = "unhealthy"
-            self._stop.wait(0.2)
+            healthy = probe(self.spec.health_url)
+            with self._lock:
+                if healthy and self.state in ("starting", "unhealthy"):
+                    self.state = "running"
+                elif not healthy and self.state == "running":
+                    self.state = "unhealthy"
+            self._stop.wait(1.0)
+        return code
 
     def _log(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -229,10 +204,9 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def probe(url: str, timeout_s: float = 3.0) -> bool:
+def probe(url: str) -> bool:
     """True when ``url`` answers 200."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
+        return requests.get(url, timeout=3).status_code == 200
+    except requests.RequestException:
         return False

@@ -19,42 +19,54 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from sglang_engram.cluster import ray_session
-from sglang_engram.cluster.plan import ClusterPlan, WorkerPlan, build_plan
-from sglang_engram.cluster.spec import ClusterSpec
-from sglang_engram.cluster.state import ROUTER_ACTOR, ClusterNotFound, ClusterState, run_dir
+from sglang_engram.cluster.layout import ray_nodes
+from sglang_engram.cluster.plan import ClusterPlan, ProcessPlan, build_plan
+from sglang_engram.cluster.ray_session import connect
+from sglang_engram.cluster.registration import RouterError, list_workers
+from sglang_engram.cluster.spec import ClusterError, ClusterSpec
+from sglang_engram.cluster.state import ClusterNotFound, ClusterState
 from sglang_engram.cluster.status import collect_status, poll
 from sglang_engram.cluster.supervisor import ProcessSpec, probe
 
 Say = Callable[[str], None]
-_PROGRESS_EVERY_S = 10.0
+_STOP = threading.Event()
 
 
-class LaunchError(RuntimeError):
+class LaunchError(ClusterError):
     """The cluster could not be brought up; what was started has been stopped."""
 
 
-@dataclass(frozen=True)
-class UpOptions:
-    address: str | None = None
-    num_gpus: float | None = None
-    timeout_s: float = 1800.0
-    log_dir: str | None = None
+class _Interrupted(Exception):
+    """Ctrl-C or SIGTERM before the cluster was ready."""
 
 
-def up(spec: ClusterSpec, options: UpOptions, say: Say = print) -> int:
-    _refuse_if_running(spec.name)
+def up(
+    spec: ClusterSpec,
+    *,
+    address: str | None = None,
+    num_gpus: float | None = None,
+    timeout_s: float = 1800.0,
+    log_dir: str | None = None,
+    say: Say = print,
+) -> int:
+    try:
+        old = ClusterState.running(spec.name)  # a stale state is dropped
+    except ClusterNotFound:
+        old = None
+    if old is not None:
+        raise LaunchError(
+            f"cluster {spec.name!r} is already up (up pid {old.up_pid}); "
+            f"run `python -m sglang_engram.cluster down --name {spec.name}` first"
+        )
     import ray
 
-    say(f"connecting to Ray at {options.address}" if options.address
-        else "starting a local Ray cluster")  # fmt: skip
-    address, local = ray_session.connect(options.address, spec.namespace, num_gpus=options.num_gpus)
+    say(f"connecting to Ray at {address}" if address else "starting a local Ray cluster")
+    ray_address = connect(address, spec.namespace, num_gpus=num_gpus)
     # NOTE: after ray.init, which installs a SIGTERM handler of its own. The handler only
     # sets a flag that the loops below check: an exception raised at an arbitrary point
     # (inside a Ray call) could leave Ray unable to stop the actors.
@@ -62,25 +74,24 @@ def up(spec: ClusterSpec, options: UpOptions, say: Say = print) -> int:
         signal.signal(sig, lambda signum, frame: _STOP.set())
     cluster: _Cluster | None = None
     try:
-        log_dir = options.log_dir or spec.log_dir or str(run_dir(spec.name) / "logs")
         driver_ip = ray.util.get_node_ip_address()
-        plan = build_plan(spec, ray_session.cluster_nodes(), router_host=driver_ip, log_dir=log_dir)
-        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        plan = build_plan(spec, ray_nodes(), router_host=driver_ip, log_dir=log_dir)
+        Path(plan.log_dir).mkdir(parents=True, exist_ok=True)
         state = ClusterState(
             name=spec.name,
-            ray_address=address,
-            local_ray=local,
+            ray_address=ray_address,
+            local_ray=not address,
             up_pid=os.getpid(),
             up_started=psutil.Process().create_time(),
-            log_dir=log_dir,
-            workers=tuple(w.name for w in plan.workers),
             plan=plan.to_dict(),
         )
         state.save()
         cluster = _Cluster(plan, state, say)
-        cluster.launch(time.monotonic() + options.timeout_s)
-        say(f"supervising; Ctrl-C (or `python -m sglang_engram.cluster down --name {spec.name}`)"
-            " stops the cluster")  # fmt: skip
+        cluster.launch(time.monotonic() + timeout_s)
+        say(
+            f"supervising; Ctrl-C (or `python -m sglang_engram.cluster down --name {spec.name}`)"
+            " stops the cluster"
+        )
         cluster.watch()
         say("stopping ...")
         cluster.stop()
@@ -93,28 +104,7 @@ def up(spec: ClusterSpec, options: UpOptions, say: Say = print) -> int:
             return 130  # stopped before the cluster was ready
         raise
     finally:
-        ray_session.disconnect()
-
-
-_STOP = threading.Event()
-
-
-class _Interrupted(Exception):
-    """Ctrl-C or SIGTERM before the cluster was ready."""
-
-
-def _refuse_if_running(name: str) -> None:
-    try:
-        old = ClusterState.load(name)
-    except ClusterNotFound:
-        return
-    if not old.up_alive:
-        old.remove()  # stale: its `up` is gone, and everything it started with it
-        return
-    raise LaunchError(
-        f"cluster {name!r} is already up (up pid {old.up_pid}); "
-        f"run `python -m sglang_engram.cluster down --name {name}` first"
-    )
+        ray.shutdown()
 
 
 class _Cluster:
@@ -123,91 +113,109 @@ class _Cluster:
     def __init__(self, plan: ClusterPlan, state: ClusterState, say: Say) -> None:
         self.plan, self.state, self.say = plan, state, say
         self.actors: dict[str, Any] = {}  # the router last, once it runs
+        self._seen: dict[str, tuple[Any, ...]] = {}  # what was last reported of each
 
-    def launch(self, deadline: float) -> None:
-        import ray
+    def _actor(
+        self, name: str, p: ProcessPlan, health: str, node_id: str, gpus: float, **kw: Any
+    ) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from sglang_engram.cluster.actor import RemoteServerActor
 
-        spec, say = self.plan.spec, self.say
+        process = ProcessSpec(
+            name=name,
+            argv=p.command,
+            log_path=p.log,
+            health_url=f"http://127.0.0.1:{p.port}{health}",
+            restart=self.plan.spec.restart,
+        )
+        self.actors[name] = RemoteServerActor.options(
+            name=name,
+            namespace=self.plan.spec.namespace,
+            num_cpus=0,
+            num_gpus=gpus,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+        ).remote(process, port=p.port, **kw)
+        return self.actors[name]
 
-        def actor(name: str, node_id: str, gpus: float, process: ProcessSpec, **kw: Any) -> Any:
-            return RemoteServerActor.options(
-                name=name,
-                namespace=spec.namespace,
-                num_cpus=0,
-                num_gpus=gpus,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(process, **kw)
+    def launch(self, deadline: float) -> None:
+        import ray
 
         for w in self.plan.workers:
-            process = _process(w.name, w.command, w.log, w.port, "/health", spec)
-            self.actors[w.name] = actor(w.name, w.node_id, w.gpus, process, role=w.role,
-                                        port=w.port, bootstrap_port=w.bootstrap_port)  # fmt: skip
-        say(f"waiting for Ray to give {len(self.actors)} workers their GPUs ...")
+            kw = dict(role=w.role, bootstrap_port=w.bootstrap_port)
+            self._actor(w.name, w, "/health", w.node_id, w.gpus, **kw)
+        self.say(f"waiting for Ray to give {len(self.actors)} workers their GPUs ...")
         refs = {name: a.start.remote() for name, a in self.actors.items()}
         ready: list[Any] = []
         while len(ready) < len(refs) and _left(deadline):
-            _check_stop()
-            ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=min(1.0, _left(deadline)))
+            if _STOP.is_set():
+                raise _Interrupted
+            ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=1.0)
         # NOTE: the refs waited on, not new ones: a fresh ref is never among `ready`.
-        late = [name for name, ref in refs.items() if ref not in ready]
-        if late:
+        if late := [name for name, ref in refs.items() if ref not in ready]:
             for name in late:
                 ray.kill(self.actors.pop(name))  # still waiting for GPUs: nothing of it runs
-            raise LaunchError(f"Ray gave no GPUs to {', '.join(late)} in time; are other jobs "
-                              "holding them? (`ray status`)")  # fmt: skip
+            raise LaunchError(
+                f"Ray gave no GPUs to {', '.join(late)} in time; are other jobs holding them? "
+                "(`ray status`)"
+            )
         for name, ref in refs.items():
             info = ray.get(ref)
-            say(f"started {name} at {info['url']} (GPU {','.join(info['gpu_ids'])})")
+            self.say(f"started {name} at {info['url']} (GPU {','.join(info['gpu_ids'])})")
         workers = dict(self.actors)
-        self._wait(workers, lambda s: s["state"] == "running", "workers to answer /health",
-                   deadline)  # fmt: skip
+        self._wait(workers, lambda: True, "workers to answer /health", deadline)
 
         r = self.plan.router
         node = ray.get_runtime_context().get_node_id()
-        process = _process("router", r.command, r.log, r.port, "/liveness", spec)
-        router = self.actors[ROUTER_ACTOR] = actor(ROUTER_ACTOR, node, 0, process,
-                                                   role="router", port=r.port)  # fmt: skip
+        router = self._actor("router", r, "/liveness", node, 0, role="router")
         ray.get(router.start.remote())
-        self._wait(
-            {ROUTER_ACTOR: router},
-            lambda s: s["state"] == "running" and _router_ready(r.url, self.plan.workers),
-            "the router to register every worker",
-            deadline,
-        )
+        what = "the router to register every worker"
+        self._wait({"router": router}, lambda: _router_ready(r.url, self.plan), what, deadline)
         ray.get([a.attach_router.remote(r.url) for a in workers.values()])
-        self.state = self.state.update(phase="running", router_url=r.url)
-        self.state = self.state.with_members(poll(self.actors))
+        self.state = self.state.update(phase="running")
+        self._poll(self.actors)
         n_prefill = sum(w.role == "prefill" for w in self.plan.workers)
-        say(f"ready: {r.url} (router; {n_prefill} prefill, {len(workers) - n_prefill} decode "
-            f"workers; logs in {self.plan.log_dir})")  # fmt: skip
+        self.say(
+            f"ready: {r.url} (router; {n_prefill} prefill, {len(workers) - n_prefill} decode "
+            f"workers; logs in {self.plan.log_dir})"
+        )
 
-    def _wait(self, actors: dict[str, Any], done: Callable[[dict[str, Any]], bool], what: str,
-              deadline: float) -> None:  # fmt: skip
-        """Poll the actors until ``done`` holds for each; report changes, progress, failures."""
+    def _poll(self, actors: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Poll ``actors`` into the state file; report each change of state, restarts or
+        registration."""
+        statuses = poll(actors)
+        self.state = self.state.with_members(statuses)
+        for name, s in statuses.items():
+            reg = (s.get("router") or {}).get("registered")
+            key = (s["state"], s.get("restarts"), reg)
+            if self._seen.get(name) != key:
+                extra = "" if reg is None else f", {'registered' if reg else 'not registered'}"
+                self.say(f"{name}: {s['state']}, restarts {s.get('restarts', '-')}{extra}")
+            self._seen[name] = key
+        return statuses
+
+    def _wait(self, actors: dict[str, Any], done: Callable[[], bool], what: str, deadline: float):
+        """Poll the actors until each runs and ``done()`` holds; fail on the first that
+        fails, with the end of its log."""
         import ray
 
         start = last_report = time.monotonic()
-        seen: dict[str, str] = {}
         while True:
-            statuses = poll(actors)
-            self.state = self.state.with_members(statuses)
+            statuses = self._poll(actors)
             for name, s in statuses.items():
-                if s["state"] != seen.get(name):
-                    seen[name] = s["state"]
-                    self.say(f"  {name}: {s['state']}")
                 if s["state"] in ("failed", "unreachable"):
-                    tail = "\n    ".join(ray.get(actors[name].log_tail.remote(15))
-                                          if s["state"] == "failed" else [])  # fmt: skip
-                    raise LaunchError(f"{name} failed to start ({s['error']}); last lines of "
-                                      f"{s.get('log')}:\n    {tail}")  # fmt: skip
-            if all(done(s) for s in statuses.values()):
+                    tail = (
+                        ray.get(actors[name].log_tail.remote(15)) if s["state"] == "failed" else []
+                    )
+                    raise LaunchError(
+                        f"{name} failed to start ({s['error']}); last lines of "
+                        f"{s.get('log')}:\n    " + "\n    ".join(tail)
+                    )
+            if all(s["state"] == "running" for s in statuses.values()) and done():
                 return
             if not _left(deadline):
                 raise LaunchError(f"timed out waiting for {what}")
-            if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
+            if time.monotonic() - last_report >= 10:
                 last_report = time.monotonic()
                 summary = ", ".join(f"{n} {s['state']}" for n, s in statuses.items())
                 self.say(f"waiting for {what} ({last_report - start:.0f}s): {summary}")
@@ -216,20 +224,11 @@ class _Cluster:
 
     def watch(self, interval_s: float = 2.0) -> None:
         """Keep the state file current and report changes, until Ctrl-C or SIGTERM."""
-        seen: dict[str, tuple[Any, ...]] = {}
         health = "healthy"
         while not _STOP.wait(interval_s):
-            self.state = self.state.with_members(poll(self.actors))
-            status = collect_status(self.state)
-            for m in [status["router"], *status["workers"]]:
-                reg = (m.get("router") or {}).get("registered")
-                key = (m["state"], m.get("restarts"), reg)
-                if seen.get(m["name"], key) != key:
-                    extra = "" if reg is None else f", {'registered' if reg else 'not registered'}"
-                    self.say(f"{m['name']}: {m['state']}, restarts {m.get('restarts', '-')}{extra}")
-                seen[m["name"]] = key
-            if status["health"] != health:
-                health = status["health"]
+            self._poll(self.actors)
+            if (now := collect_status(self.state)["health"]) != health:
+                health = now
                 self.say(f"cluster {self.state.name}: {health}")
 
     def stop(self) -> None:
@@ -237,42 +236,32 @@ class _Cluster:
         import ray
 
         self.state = self.state.update(phase="stopping")
-        names = list(self.actors)
         # NOTE: the router goes first, so that no request is sent to a stopping worker.
-        for batch in ([n for n in names if n == ROUTER_ACTOR], [n for n in names if n != ROUTER_ACTOR]):  # fmt: skip
+        router = [n for n in self.actors if n == "router"]
+        for batch in (router, [n for n in self.actors if n != "router"]):
             refs = {name: self.actors[name].stop.remote() for name in batch}
             for name, ref in refs.items():
                 try:
                     pids = ray.get(ref, timeout=120)
                     self.say(f"stopped {name} (pids {', '.join(map(str, pids)) or 'none running'})")
                 except (ray.exceptions.RayError, TimeoutError) as exc:
-                    self.say(f"could not stop {name} cleanly ({str(exc).splitlines()[0]}); killing it")
+                    self.say(
+                        f"could not stop {name} cleanly ({str(exc).splitlines()[0]}); killing it"
+                    )
         for handle in self.actors.values():
             ray.kill(handle, no_restart=True)
         self.state.remove()
-
-
-def _check_stop() -> None:
-    if _STOP.is_set():
-        raise _Interrupted
 
 
 def _left(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
 
 
-def _process(name: str, argv: Any, log: str, port: int, health: str, spec: ClusterSpec) -> ProcessSpec:
-    return ProcessSpec(name=name, argv=tuple(argv), log_path=log,
-                       health_url=f"http://127.0.0.1:{port}{health}", restart=spec.restart)  # fmt: skip
-
-
-def _router_ready(router_url: str, workers: tuple[WorkerPlan, ...]) -> bool:
-    from sglang_engram.cluster.registration import RouterError, list_workers
-
+def _router_ready(router_url: str, plan: ClusterPlan) -> bool:
     if not probe(f"{router_url}/readiness"):
         return False
     try:
         listed = {w["url"].rstrip("/"): w for w in list_workers(router_url)}
     except RouterError:
         return False
-    return all(listed.get(w.url, {}).get("is_healthy") for w in workers)
+    return all(listed.get(w.url, {}).get("is_healthy") for w in plan.workers)
