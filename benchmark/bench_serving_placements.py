@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from test.plugin.server import build_tiny_model, sglang_server  # noqa: E402
+from test.serving.server import build_tiny_model, sglang_server  # noqa: E402
 
 TARGET_DRAM_OVER_HBM = 0.97
 

@@ -25,7 +25,9 @@ class HotRowCache(EngramTable):
         self.inner = inner
         self.placement = inner.placement
         value_bytes = inner.head_dim * torch.finfo(torch.bfloat16).bits // 8
-        self.index = SetAssociativeIndex(max(1, capacity_bytes // value_bytes), ways, self.device)
+        # NOTE: at most one slot per row of the table, whatever the flag asked for.
+        slots = min(max(1, capacity_bytes // value_bytes), inner.num_rows)
+        self.index = SetAssociativeIndex(slots, ways, self.device)
         self.values = torch.empty(
             (self.index.capacity, inner.head_dim), dtype=torch.bfloat16, device=self.device
         )

@@ -66,7 +66,10 @@ class SsdTable(EngramTable):
         layout = manifest.layout
         self._reader = open_reader(read, directory / manifest.data_file, layout)
         self._guard = FileGuard(self._reader.path, self._reader.fd, layout.file_bytes)
-        self._cache = RowCache(ram_cache_bytes, self.row_bytes) if ram_cache_bytes > 0 else None
+        # NOTE: never larger than the table: a cache sized by the flag alone would hold
+        # (and report) gigabytes for a megabyte table.
+        cache_bytes = min(ram_cache_bytes, manifest.num_rows * self.row_bytes)
+        self._cache = RowCache(cache_bytes, self.row_bytes) if cache_bytes > 0 else None
         self._staging = StagingBuffers(self.row_bytes, self.device)
         self._prefetcher = Prefetcher(self._fill_prefetch)
         self._prefetch_budget = prefetch_bytes

@@ -121,6 +121,7 @@ def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
 def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
     """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
     from engram.spec import has_engram
+    from sglang_engram.cpu_serving import check_cpu_engine
     from sglang_engram.validation import (
         EngramStartupError,
         check_startup,
@@ -128,6 +129,7 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
         read_model_config,
     )
 
+    check_cpu_engine(server_args)
     config = config_from_namespace(args)
     try:
         check_startup(

@@ -145,6 +145,14 @@ HOOKS: tuple[Hook, ...] = (
         "hash DeepSeek-V4.1's prompts for the SSD read-ahead with its Engram constants",
     ),
     Hook(
+        "sglang.srt.managers.tokenizer_manager",
+        "TokenizerManager._validate_one_request",
+        "sglang_engram.request_checks:after_validate_one_request",
+        "AFTER",
+        "answer token ids outside an Engram model's vocabulary with a 400 instead of a "
+        "dead scheduler",
+    ),
+    Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler.init_metrics_collector",
         "sglang_engram.metrics_export:after_init_metrics_collector",

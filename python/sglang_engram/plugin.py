@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from sglang_engram import deferred
+from sglang_engram import deferred, kernel_standin
 from sglang_engram.compat import version_problem
 from sglang_engram.hooks import CALL, HOOKS, Hook
 
@@ -36,6 +36,11 @@ def register() -> None:
     problem = version_problem()
     if problem:
         logger.warning("sglang-engram: %s", problem)
+    try:
+        # NOTE: before any hook: SGLang's first import of sgl_kernel follows this call.
+        kernel_standin.install_if_needed()
+    except Exception as exc:  # noqa: BLE001 - never take SGLang down
+        logger.error("sglang-engram: could not check sgl_kernel: %s: %s", type(exc).__name__, exc)
     for hook in HOOKS:
         try:
             STATUS[hook.target] = "pending"

@@ -12,7 +12,7 @@ import yaml
 from sglang_engram.compare import facts
 from sglang_engram.compare.results import read_results
 
-from test.plugin.server import build_tiny_model
+from test.serving.server import build_tiny_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from test.plugin.server import build_tiny_model, generate, metrics, metrics_after, sglang_server
+from test.serving.server import build_tiny_model, generate, metrics, metrics_after, sglang_server
 
 pytestmark = pytest.mark.gpu
 
@@ -71,7 +71,7 @@ def test_prefill_and_decode_servers_match_a_single_server(tiny, tmp_path, decode
     backend = _transfer_backend()
     if backend is None:
         pytest.skip("no KV transfer backend (mooncake or nixl) installed")
-    from test.plugin.server import free_port
+    from test.serving.server import free_port
 
     prompts = _prompts(4)
     with sglang_server(tiny, log=tmp_path / "single.log") as url:

@@ -1,0 +1,193 @@
+"""Start and stop real SGLang servers (``python -m sglang.launch_server``) for the tests
+and the serving benchmarks: on a GPU as users run them, on this CPU through SGLang's CPU
+engine (``SGLANG_USE_CPU_ENGINE=1 --device cpu``, the plugin's ``sgl_kernel`` stand-in)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from sglang_engram.kernel_standin import gpu_present
+
+# NOTE: SGLang's CPU engine sizes the KV pool at ~72 % of free host memory (15 GB
+# here, 30 s to allocate); the tests' prompts need a sliver of that, and several
+# servers share this machine.
+CPU_KV_TOKENS = 32768
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_tiny_model(out: Path) -> Path:
+    """The bundled trained tiny Engram model (``python -m engram.model build``; a
+    current build in ``out`` is reused)."""
+    subprocess.run(
+        [sys.executable, "-m", "engram.model", "build", "--out", str(out), "--reuse"],
+        check=True,
+        timeout=600,
+    )
+    return out
+
+
+def device_args() -> list[str]:
+    """What a server needs on this machine: nothing on a GPU, the CPU engine without."""
+    if gpu_present():
+        return []
+    return ["--device", "cpu", "--max-total-tokens", str(CPU_KV_TOKENS)]
+
+
+def server_env() -> dict[str, str]:
+    env = os.environ.copy()
+    if not gpu_present():
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+    return env
+
+
+def launch_command(model: Path, port: int, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--enable-metrics",
+        *device_args(),
+        *args,
+    ]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode}): {log.read_text()[-3000:]}")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"server not ready after {timeout_s}s: {log}")
+        time.sleep(2)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@contextlib.contextmanager
+def sglang_server(
+    model: Path, *args: str, log: Path, timeout_s: float = 600, port: int | None = None
+) -> Iterator[str]:
+    """``python -m sglang.launch_server`` on a free port; yields its base URL."""
+    port = port or free_port()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            launch_command(model, port, *args),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=server_env(),
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, log, timeout_s)
+        yield url
+    finally:
+        stop(proc)
+
+
+def post(url: str, path: str, body: dict, timeout: float = 300) -> tuple[int, dict]:
+    """(HTTP status, JSON body) of a POST; error statuses are returned, not raised."""
+    req = urllib.request.Request(
+        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def generate_ids(url: str, prompt_ids: list[int], max_new_tokens: int = 24) -> list[int]:
+    """Greedy output token ids of one request (``ignore_eos``: always ``max_new_tokens``)."""
+    status, out = post(
+        url,
+        "/generate",
+        {
+            "input_ids": prompt_ids,
+            "sampling_params": {
+                "temperature": 0.0,
+                "max_new_tokens": max_new_tokens,
+                "ignore_eos": True,
+            },
+        },
+    )
+    assert status == 200, out
+    return list(out["output_ids"])
+
+
+def generate(url: str, prompts: list[str], max_new_tokens: int = 32) -> list[str]:
+    """Greedy completions of text prompts, one request at a time."""
+    out = []
+    for prompt in prompts:
+        body = {
+            "text": prompt,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens},
+        }
+        status, reply = post(url, "/generate", body)
+        assert status == 200, reply
+        out.append(reply["text"])
+    return out
+
+
+def metrics_after(url: str, before: dict[str, float], name: str, timeout_s: float = 10) -> dict:
+    """/metrics once ``name`` has grown past ``before`` (the plugin folds its counters
+    in once a second), or as it is at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = metrics(url)
+        if now.get(name, 0) > before.get(name, 0) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.5)
+
+
+def metrics(url: str, labelled: bool = False) -> dict[str, float]:
+    """``sglang:engram_*`` samples of /metrics (``..._total``, ``..._count``, ...), summed
+    over labels (or keyed ``name{label=value,...}`` with ``labelled``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.startswith("sglang:engram_"):
+                key = s.name
+                if labelled and s.labels:
+                    key += "{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}"
+                out[key] = out.get(key, 0.0) + s.value
+    return out
