@@ -28,3 +28,36 @@ def check_cpu_engine(server_args: Any) -> None:
             f"{CPU_ENGINE_VAR}=1 selects; run {CPU_ENGINE_VAR}=1 python -m "
             "sglang.launch_server --device cpu ..."
         )
+
+
+# NOTE: upstream's PD paths assume CUDA in three places met on the CPU engine; each
+# adjustment below only applies where the user chose nothing else.
+EARLY_SEND_VAR = "SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX"
+
+
+def adjust_for_cpu(server_args: Any) -> list[str]:
+    """Defaults of SGLang's PD code that cannot run on the CPU engine, changed to ones that
+    can; returns what was changed, one phrase each (logged by the caller)."""
+    if getattr(server_args, "device", None) != "cpu":
+        return []
+    changed = []
+    role = getattr(server_args, "disaggregation_mode", "null")
+    if role == "decode" and server_args.disaggregation_decode_retraction_backup is None:
+        # the default host_pool pins a host KV pool with cudaHostRegister
+        server_args.disaggregation_decode_retraction_backup = "none"
+        changed.append("--disaggregation-decode-retraction-backup none (host_pool pins with CUDA)")
+    if role == "prefill" and EARLY_SEND_VAR not in os.environ:
+        # the early send of a prefix-cache hit records a torch.cuda.Event
+        os.environ[EARLY_SEND_VAR] = "0"
+        changed.append(f"{EARLY_SEND_VAR}=0 (the early send records a CUDA event)")
+    return changed
+
+
+def plain_kv_sender() -> None:
+    """CALL once ``sglang.srt.disaggregation.mooncake.conn`` is imported: on the CPU engine
+    the mooncake sender takes the plain send path (its host-index path pins memory and
+    records a ``torch.cuda.Event``)."""
+    if cpu_engine_on():
+        from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
+
+        MooncakeKVSender.supports_host_tensor_indices = False

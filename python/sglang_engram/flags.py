@@ -121,7 +121,7 @@ def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
 def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
     """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
     from engram.spec import has_engram
-    from sglang_engram.cpu_serving import check_cpu_engine
+    from sglang_engram.cpu_serving import adjust_for_cpu, check_cpu_engine
     from sglang_engram.validation import (
         EngramStartupError,
         check_startup,
@@ -130,6 +130,8 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
     )
 
     check_cpu_engine(server_args)
+    for change in adjust_for_cpu(server_args):
+        logger.info("sglang-engram: CPU engine: %s", change)
     config = config_from_namespace(args)
     try:
         check_startup(

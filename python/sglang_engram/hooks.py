@@ -153,6 +153,13 @@ HOOKS: tuple[Hook, ...] = (
         "dead scheduler",
     ),
     Hook(
+        "sglang.srt.disaggregation.mooncake.conn",
+        "MooncakeKVSender",
+        "sglang_engram.cpu_serving:plain_kv_sender",
+        CALL,
+        "send PD KV chunks without pinned memory and CUDA events on the CPU engine",
+    ),
+    Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler.init_metrics_collector",
         "sglang_engram.metrics_export:after_init_metrics_collector",
