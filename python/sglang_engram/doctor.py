@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.files import GIB
-from sglang_engram import rocm_checks
+from sglang_engram import kernel_standin, rocm_checks
 from sglang_engram.compat import PINNED_SGLANG_VERSION, installed_sglang_version
 
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -49,6 +49,12 @@ def serving_report(placements: list[str]) -> dict[str, dict[str, str]]:
             "tiny": plain.implementation(tiny=True),
         }
     return report
+
+
+def kernel_report() -> dict[str, Any]:
+    """Whether this process imports the real ``sgl_kernel`` or the plugin's stand-in."""
+    status = kernel_standin.status()
+    return {"standin": status.standin, "detail": status.detail, "line": status.describe()}
 
 
 def gpu_report() -> dict[str, Any]:
@@ -121,7 +127,10 @@ def advice(report: dict[str, Any]) -> list[str]:
     if host.get("dev_shm_gib", 1) < 1:
         notes.append("/dev/shm is under 1 GiB (Docker default 64 MiB): run with --shm-size")
     if not report["gpu"]["available"]:
-        notes.append(f"no GPU: {report['gpu']['why']}; SGLang cannot serve here")
+        notes.append(
+            f"no GPU ({report['gpu']['why']}): serve on SGLang's CPU engine, "
+            "SGLANG_USE_CPU_ENGINE=1 python -m sglang.launch_server --device cpu ..."
+        )
     return notes
 
 
@@ -135,6 +144,7 @@ def collect(apply_hooks: bool = True) -> dict[str, Any]:
         "placements": placement_names(),
         "serving": serving_report(placement_names()),
         "hooks": hook_report() if apply_hooks else {},
+        "sgl_kernel": kernel_report(),
         "gpu": gpu_report(),
         "host_memory": host_memory_report(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -167,6 +177,7 @@ def render(report: dict[str, Any]) -> str:
             for target, status in report["hooks"].items()
         ),
     ]
+    lines.append(report["sgl_kernel"]["line"])
     gpu = report["gpu"]
     if gpu["available"]:
         lines.append(

@@ -59,12 +59,19 @@ def agreement(
     )
 
 
-def total(agreements: list[Agreement]) -> Agreement:
+def agreement_all(
+    model: TinyEngramModel,
+    prompts: list[list[int]],
+    served: list[list[int]],
+    regime: str = "both",
+) -> Agreement:
+    """:func:`agreement` summed over requests (``served[i]`` continues ``prompts[i]``)."""
+    parts = [agreement(model, p, s, regime) for p, s in zip(prompts, served, strict=True)]
     return Agreement(
-        exact=sum(a.exact for a in agreements),
-        within_tie=sum(a.within_tie for a in agreements),
-        total=sum(a.total for a in agreements),
-        worst_gap=max(a.worst_gap for a in agreements),
+        exact=sum(a.exact for a in parts),
+        within_tie=sum(a.within_tie for a in parts),
+        total=sum(a.total for a in parts),
+        worst_gap=max(a.worst_gap for a in parts),
     )
 
 

@@ -1,0 +1,269 @@
+"""The main job, through real SGLang: ``python -m sglang.launch_server --engram-offload P``
+with the plugin loaded, on a GPU or on this CPU (SGLang's CPU engine), one server per
+placement shared by the module's tests.
+
+Served tokens are checked against the reference model teacher-forced on the server's
+own tokens (``reference.agreement``); ``/metrics`` against counts derived from the
+requests sent.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from engram.spec import EngramSpec
+from test.serving.reference import agreement, agreement_all, load_reference, random_prompts
+from test.serving.server import (
+    build_tiny_model,
+    generate_ids,
+    metrics,
+    post,
+    sglang_server,
+)
+
+pytestmark = pytest.mark.slow
+
+NEW_TOKENS = 24
+ROWS = "sglang:engram_rows_requested_total"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny-engram")
+
+
+@pytest.fixture(scope="module")
+def reference(tiny):
+    model = load_reference(tiny)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def spec(tiny) -> EngramSpec:
+    return EngramSpec.from_hf_config(json.loads((tiny / "config.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def ssd_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ssd")
+
+
+@dataclass(frozen=True)
+class Served:
+    placement: str
+    url: str
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def server(request, tiny, ssd_dir, tmp_path_factory) -> Iterator[Served]:
+    """A server of the placement the test names (``indirect`` parametrization).
+
+    NOTE: module-scoped and parametrized, so pytest runs the tests of one placement
+    together and stops that server before starting the next: one server at a time
+    (each holds ~3 GB of host memory on the CPU engine)."""
+    placement = request.param
+    log = tmp_path_factory.mktemp("logs") / f"{placement}.log"
+    extra = ["--engram-ssd-dir", str(ssd_dir)] if placement == "ssd" else []
+    with sglang_server(tiny, "--engram-offload", placement, *extra, log=log) as url:
+        yield Served(placement, url, log)
+
+
+def placements(*names: str) -> pytest.MarkDecorator:
+    return pytest.mark.parametrize("server", names, indirect=True)
+
+
+def _served(url: str, prompts: list[list[int]]) -> list[list[int]]:
+    return [generate_ids(url, p, NEW_TOKENS) for p in prompts]
+
+
+@placements("hbm", "dram", "ssd")
+def test_every_placement_serves_the_reference_model(server, reference):
+    placement = server.placement
+    prompts = random_prompts(reference, 5, random.Random())
+    served = _served(server.url, prompts)
+    agree = agreement_all(reference, prompts, served, "both")
+    assert agree.all_agree, (placement, agree)
+    assert f"placement for this single server: {placement}" in server.log.read_text()
+
+
+@placements("off")
+def test_off_serves_the_model_without_engram(server, reference):
+    prompts = random_prompts(reference, 5, random.Random())
+    served = _served(server.url, prompts)
+    without = agreement_all(reference, prompts, served, "none")
+    with_engram = agreement_all(reference, prompts, served, "both")
+    assert without.all_agree, without
+    # the Engram layers change the model: most tokens then disagree
+    assert with_engram.within_tie < 0.8 * with_engram.total, with_engram
+    assert not any(k.startswith(ROWS) and v for k, v in metrics(server.url).items())
+
+
+def _metrics_settled(url: str, wants: dict[str, float], timeout_s: float = 30) -> dict:
+    """Labelled /metrics once every name in ``wants`` reached its value and two reads a
+    second apart agree (the plugin folds the tables' counters in once a second, one
+    after another), or as they are at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    last: dict = {}
+    while True:
+        now = metrics(url, labelled=True)
+        done = all(now.get(k, 0) >= v for k, v in wants.items()) and now == last
+        if done or time.monotonic() > deadline:
+            return now
+        last = now
+        time.sleep(1.0)
+
+
+def _rows_after(url: str, before: dict, spec: EngramSpec, prompts: list[list[int]]) -> dict:
+    """/metrics once the rows of serving ``prompts`` are all counted: each request looks up
+    its prompt, then every new token but the last, at every Engram layer, (N - 1) * H
+    rows per token."""
+    tokens = sum(len(p) + NEW_TOKENS - 1 for p in prompts)
+    keys = [f"{ROWS}{{layer={layer}}}" for layer in spec.layer_ids]
+    return _metrics_settled(url, {k: before.get(k, 0) + tokens * spec.n_cols for k in keys})
+
+
+def _sum(values: dict, name: str) -> float:
+    """``name`` summed over its labels."""
+    return sum(v for k, v in values.items() if k == name or k.startswith(name + "{"))
+
+
+@placements("hbm", "dram", "ssd")
+def test_metrics_count_the_rows_each_request_looks_up(server, reference, spec):
+    url, placement = server.url, server.placement
+    prompts = random_prompts(reference, 3, random.Random())
+    before = metrics(url, labelled=True)
+    _served(url, prompts)
+    after = _rows_after(url, before, spec, prompts)
+    tokens = sum(len(p) + NEW_TOKENS - 1 for p in prompts)
+    for layer in spec.layer_ids:
+        key = f"{ROWS}{{layer={layer}}}"
+        assert after[key] - before.get(key, 0) == tokens * spec.n_cols
+    unique, read = (
+        _sum(after, name) - _sum(before, name)
+        for name in ("sglang:engram_unique_rows_total", "sglang:engram_bytes_read_total")
+    )
+    assert 0 < unique <= 2 * tokens * spec.n_cols
+    assert read == unique * spec.row_bytes
+    table = spec.total_table_bytes
+    held = {
+        tier: after.get(f"sglang:engram_table_bytes{{tier={tier}}}", 0)
+        for tier in ("hbm", "dram", "ssd")
+    }
+    if placement == "ssd":
+        assert held["ssd"] >= table
+        # the RAM row cache is no larger than its table, whatever the 4 GiB default
+        assert held["dram"] < 2 * table, held
+        assert held["hbm"] == 0
+    else:
+        assert held[placement] == table
+        assert sum(held.values()) == table
+    lookups = "sglang:engram_lookup_seconds_count"
+    assert after.get(lookups, 0) > before.get(lookups, 0)
+
+
+@placements("ssd")
+def test_ssd_ram_cache_and_read_ahead_are_counted(server, reference, spec):
+    url = server.url
+    prompts = random_prompts(reference, 3, random.Random())
+    before = metrics(url, labelled=True)
+    _served(url, prompts)
+    after = _rows_after(url, before, spec, prompts)
+
+    def grown(name: str, since: dict = before, to: dict = after) -> float:
+        return _sum(to, name) - _sum(since, name)
+
+    unique = grown("sglang:engram_unique_rows_total")
+    hits, misses = (grown(f"sglang:engram_ssd_ram_cache_{k}_total") for k in ("hits", "misses"))
+    prefetched = grown("sglang:engram_ssd_prefetch_hits_total")
+    # prompts are read ahead at admission, so lookups take rows the read-ahead holds
+    assert 0 < prefetched <= unique
+    # every other distinct row of a lookup is looked for in the RAM cache (so are the
+    # rows the read-ahead reads: the cache counts those probes too)
+    assert unique - prefetched <= hits + misses <= unique + prefetched
+    assert grown("sglang:engram_ssd_io_errors_total") == 0
+    # the same prompt again: now the RAM cache holds its rows
+    _served(url, prompts[:1])
+    again = _rows_after(url, after, spec, prompts[:1])
+    assert grown("sglang:engram_ssd_ram_cache_hits_total", after, again) > 0
+
+
+@placements("ssd")
+def test_ssd_tables_are_reused_on_the_next_start(server, tiny, ssd_dir, reference, tmp_path):
+    prompts = random_prompts(reference, 2, random.Random())
+    _served(server.url, prompts)
+    stamp = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in ssd_dir.rglob("rows.bin")}
+    assert len(stamp) == 2
+    args = ("--engram-offload", "ssd", "--engram-ssd-dir", str(ssd_dir))
+    with sglang_server(tiny, *args, log=tmp_path / "second.log") as url:
+        again = _served(url, prompts)
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in ssd_dir.rglob("rows.bin")} == stamp
+    agree = agreement_all(reference, prompts, again, "both")
+    assert agree.all_agree, agree
+
+
+@placements("dram")
+def test_bad_token_ids_get_a_400_and_the_server_goes_on(server, reference):
+    url = server.url
+    vocab = reference.config.vocab_size
+    for bad in (vocab, vocab + random.randrange(1, 10**6), -random.randrange(1, 100)):
+        ids = [random.randrange(8, vocab) for _ in range(5)]
+        at = random.randrange(len(ids))
+        ids[at] = bad
+        status, body = post(
+            url, "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 4}}
+        )
+        assert status == 400, body
+        message = json.dumps(body)
+        assert f"input_ids[{at}] is {bad}" in message and f"0 to {vocab - 1}" in message
+    status, body = post(
+        url, "/generate", {"input_ids": [5] * 5000, "sampling_params": {"max_new_tokens": 4}}
+    )
+    assert status == 400 and "context length" in json.dumps(body)
+    prompt = random_prompts(reference, 1, random.Random())[0]
+    assert agreement(reference, prompt, generate_ids(url, prompt, NEW_TOKENS)).all_agree
+
+
+@placements("dram")
+def test_concurrent_and_streamed_requests_agree(server, reference):
+    url = server.url
+    prompts = random_prompts(reference, 16, random.Random())
+    with ThreadPoolExecutor(16) as pool:
+        served = list(pool.map(lambda p: generate_ids(url, p, NEW_TOKENS), prompts))
+    agree = agreement_all(reference, prompts, served)
+    assert agree.all_agree, agree
+    chunks, ids = _stream(url, prompts[0])
+    assert chunks > 1
+    assert agreement(reference, prompts[0], ids).all_agree
+
+
+def _stream(url: str, prompt: list[int]) -> tuple[int, list[int]]:
+    """(chunks received, output ids) of a streamed greedy request."""
+    body = {
+        "input_ids": prompt,
+        "stream": True,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": NEW_TOKENS, "ignore_eos": True},
+    }
+    req = urllib.request.Request(
+        f"{url}/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    chunks, last = 0, {}
+    with urllib.request.urlopen(req, timeout=300) as r:
+        for line in r:
+            line = line.decode().strip()
+            if line.startswith("data:") and line != "data: [DONE]":
+                chunks += 1
+                last = json.loads(line[len("data:") :])
+    return chunks, list(last["output_ids"])
