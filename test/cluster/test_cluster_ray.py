@@ -14,7 +14,6 @@ import os
 import random
 import re
 import signal
-import string
 import subprocess
 import sys
 import threading
@@ -25,27 +24,21 @@ import psutil
 import pytest
 import requests
 import yaml
+from sglang_engram.kernel_standin import gpu_present
 
-from test.cluster.util import alive, free_block, wait_for
+from test.cluster.util import alive, spec_from_example, wait_for
 from test.serving.reference import agreement, load_reference, random_prompts, total
 from test.serving.server import build_tiny_model, generate_ids
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-pytestmark = pytest.mark.slow
+# NOTE: the CPU engine's cluster, for machines without a GPU (where setup.sh installs
+# the pd-cpu extra); on a GPU machine test_cluster_gpu.py runs the launcher instead.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        gpu_present(), reason="the CPU-engine cluster; on a GPU see test_cluster_gpu.py"
+    ),
+]
 STARTUP_S = 900  # two SGLang starts and the router, on a loaded 2-core machine
-
-
-def _spec_from_example(example: str, tmp: Path, model: Path, base: int, **changes) -> Path:
-    """The example with its own name, model and free ports (other tests and servers run
-    on this machine)."""
-    data = yaml.safe_load((EXAMPLES / example).read_text())
-    name = "t" + "".join(random.choices(string.ascii_lowercase, k=6))
-    data.update(name=name, model=str(model), base_port=base + 2, bootstrap_base_port=base + 4)
-    data["router"].update(port=base, prometheus_port=base + 1)
-    data.update(changes)
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 def _cli(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -108,7 +101,7 @@ def test_up_names_the_workers_that_ray_has_no_gpus_for(ray_cluster, env, model, 
     holds. No worker gets a GPU, so no SGLang process ever starts."""
     import ray
 
-    spec = _spec_from_example("pd-cluster.yaml", tmp_path, model, free_block(5))
+    spec, _ = spec_from_example("pd-cluster.yaml", tmp_path, model)
     holder = ray.remote(num_gpus=2, num_cpus=0)(ray_cluster["cls"]).remote()
     try:
         ray.get(holder.pid.remote())
@@ -126,10 +119,9 @@ def test_up_names_the_workers_that_ray_has_no_gpus_for(ray_cluster, env, model, 
 def cluster(ray_cluster, env, model, tmp_path_factory):
     """`up` of the CPU example (its own ports) on the tests' Ray cluster, as a user runs
     it: in the foreground, until `down` (the last test) or the end of the module."""
-    base = free_block(5)
     restart = {"max_restarts": 2, "backoff_s": 1, "max_backoff_s": 2}
-    spec = _spec_from_example(
-        "pd-cluster-cpu.yaml", tmp_path_factory.mktemp("spec"), model, base, restart=restart
+    spec, base = spec_from_example(
+        "pd-cluster-cpu.yaml", tmp_path_factory.mktemp("spec"), model, restart=restart
     )
     name = yaml.safe_load(spec.read_text())["name"]
     up = subprocess.Popen(

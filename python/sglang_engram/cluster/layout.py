@@ -98,7 +98,7 @@ def local_node(num_gpus: float | None, device: str = "gpu") -> Node:
     if gpus <= 0:
         raise ClusterSpecError(
             "this host has no GPU that Ray would see; pass --num-gpus N to plan for N GPUs, "
-            "or --address to plan against a Ray cluster"
+            "--address to plan against a Ray cluster, or set device: cpu in the spec"
         )
     return Node(ip=ray.util.get_node_ip_address(), gpus=gpus)
 
