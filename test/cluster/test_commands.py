@@ -7,9 +7,10 @@ import argparse
 from pathlib import Path
 
 import pytest
+import yaml
 from sglang_engram.cluster.layout import Node
 from sglang_engram.cluster.plan import build_plan
-from sglang_engram.cluster.spec import load_spec
+from sglang_engram.cluster.spec import load_spec, parse_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pd-cluster.yaml"
 pytestmark = pytest.mark.slow  # imports SGLang (~20 s)
@@ -42,3 +43,28 @@ def test_worker_and_router_commands_parse_with_the_real_parsers(tmp_path):
     assert router.decode_urls == [decode.url]
     assert (router.port, router.policy) == (8000, "cache_aware")
     assert router.prometheus_port == 29000
+    # No retries unless the spec asks for them: a retried PD request can wait out SGLang's
+    # bootstrap timeout on a dead decode worker.
+    assert router.retry_max_retries == 1
+    data = {
+        **yaml.safe_load(EXAMPLE.read_text()),
+        "router": {"extra_args": ["--retry-max-retries", "4"]},
+    }
+    plan = build_plan(parse_spec(data), [Node("10.1.2.3", 2)], router_host="h", log_dir="/l")
+    assert parse_router_args(list(plan.router.command[3:])).retry_max_retries == 4
+
+
+def test_cpu_worker_commands_parse_as_the_cpu_engine_with_tcp_kv(tmp_path):
+    from sglang.srt.server_args import ServerArgs
+    from sglang_engram.flags import add_engram_args
+
+    spec = load_spec(EXAMPLE.with_name("pd-cluster-cpu.yaml"))
+    plan = build_plan(spec, [Node("10.1.2.3", 0)], router_host="10.1.2.3", log_dir=str(tmp_path))
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    add_engram_args(parser)
+    prefill, decode = (parser.parse_args(list(w.command[3:])) for w in plan.workers)
+    for args in (prefill, decode):
+        assert args.device == "cpu" and args.max_total_tokens == 32768
+        assert args.disaggregation_transfer_backend == "mooncake_tcp"
+    assert (prefill.engram_offload, decode.engram_offload) == ("dram", "off")

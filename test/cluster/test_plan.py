@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 from sglang_engram.cluster.layout import Node, assign_nodes
-from sglang_engram.cluster.plan import WORKER_CMD_ENV, build_plan
+from sglang_engram.cluster.plan import CPU_KV_TOKENS, build_plan
 from sglang_engram.cluster.spec import ClusterSpecError, parse_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pd-cluster.yaml"
+CPU_EXAMPLE = EXAMPLE.with_name("pd-cluster-cpu.yaml")
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -78,17 +79,48 @@ def test_plan_text_lists_every_process(tmp_path):
     assert "router: " in out.stdout and "--pd-disaggregation" in out.stdout
 
 
-def test_plan_uses_the_worker_command_override():
-    out = _cli(
-        "plan",
-        str(EXAMPLE),
-        "--json",
-        "--num-gpus",
-        "2",
-        env={WORKER_CMD_ENV: "/opt/standin --flag"},
+def test_cpu_plan_gives_workers_no_gpus_and_the_cpu_engine(tmp_path):
+    out = _cli("plan", str(CPU_EXAMPLE), "--json", "--log-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["device"] == "cpu" and plan["transfer_backend"] == "mooncake_tcp"
+    prefill, decode = plan["workers"]
+    for w in (prefill, decode):
+        assert w["gpus"] == 0 and w["env"] == {"SGLANG_USE_CPU_ENGINE": "1"}
+        assert _after(w["command"], "--device") == "cpu"
+        assert _after(w["command"], "--max-total-tokens") == str(CPU_KV_TOKENS)
+    assert _after(prefill["command"], "--engram-offload") == "dram"
+    assert _after(decode["command"], "--engram-offload") == "off"
+    assert plan["router"]["env"] == {} and plan["router"]["port"] == 8100
+    text = _cli("plan", str(CPU_EXAMPLE), "--log-dir", str(tmp_path)).stdout
+    assert "device cpu, transfer backend mooncake_tcp" in text
+    assert "  prefill-0: SGLANG_USE_CPU_ENGINE=1 " in text and " --device cpu " in text
+    # --num-gpus means nothing for a CPU spec: said so, not ignored.
+    out = _cli("plan", str(CPU_EXAMPLE), "--num-gpus", "2")
+    assert out.returncode == 1 and out.stderr == (
+        "error: --num-gpus is for device gpu; a device cpu spec uses no GPUs\n"
     )
-    cmd = json.loads(out.stdout)["workers"][0]["command"]
-    assert cmd[:3] == ["/opt/standin", "--flag", "--model-path"]
+
+
+def test_cpu_workers_take_their_kv_pool_from_extra_args_and_go_round_the_nodes():
+    spec = parse_spec(
+        {
+            "model": "/m",
+            "device": "cpu",
+            "transfer_backend": "mooncake_tcp",
+            "workers": [
+                {"role": "prefill", "count": 2, "extra_args": ["--max-total-tokens=4096"]},
+                {"role": "decode", "extra_args": ["--max-total-tokens", "2048"]},
+            ],
+        }
+    )
+    nodes = [Node("10.0.0.1", 0, "n1"), Node("10.0.0.2", 0, "n2")]
+    plan = build_plan(spec, nodes, router_host="10.0.0.9", log_dir="/logs")
+    assert [w.host for w in plan.workers] == ["10.0.0.1", "10.0.0.2", "10.0.0.1"]
+    for w in plan.workers:  # the spec's pool size, once; not the default's
+        pools = [a for a in w.command if a.startswith("--max-total-tokens")]
+        assert len(pools) == 1 and str(CPU_KV_TOKENS) not in w.command and w.gpus == 0
+    assert plan.workers[2].command[-2:] == ("--max-total-tokens", "2048")
 
 
 def test_plan_reports_bad_specs_and_missing_gpus(tmp_path):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from sglang_engram.cluster.spec import ENGRAM_OFFLOADS, ClusterSpecError, load_spec, parse_spec
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pd-cluster.yaml"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE = EXAMPLES / "pd-cluster.yaml"
 
 VALID = {
     "name": "t",
@@ -51,6 +52,47 @@ def test_example_spec_is_the_issue_deployment():
     # The commented variant is the same decode group with the tables in DRAM.
     text = EXAMPLE.read_text()
     assert "#   engram_offload: dram" in text
+
+
+def test_cpu_example_is_prefill_dram_and_decode_off_without_gpus(monkeypatch):
+    monkeypatch.chdir(EXAMPLES.parent)  # the example's model path is relative to the repo
+    spec = load_spec(EXAMPLES / "pd-cluster-cpu.yaml")
+    assert (spec.name, spec.device, spec.transfer_backend) == (
+        "pd-cluster-cpu",
+        "cpu",
+        "mooncake_tcp",
+    )
+    assert [(g.role, g.engram_offload) for g in spec.workers] == [
+        ("prefill", "dram"),
+        ("decode", "off"),
+    ]
+    assert spec.model == str(EXAMPLES.parent / "models" / "tiny-engram")
+    assert spec.warnings == []
+    assert load_spec(EXAMPLE).device == "gpu"  # the default
+
+
+def test_a_relative_model_path_is_made_absolute_only_where_it_exists(tmp_path, monkeypatch):
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert parse_spec(_spec(model="here")).model == str(tmp_path / "here")
+    assert parse_spec(_spec(model="org/some-model")).model == "org/some-model"  # a hub id
+
+
+def test_device_mistakes_are_one_line():
+    msg = _error(_spec(device="cpux"))
+    assert msg == "spec: device: Input should be 'gpu' or 'cpu', not 'cpux' (did you mean 'cpu'?)"
+    assert (
+        _error(_spec(device="metal")) == "spec: device: Input should be 'gpu' or 'cpu', not 'metal'"
+    )
+    msg = _error({**_group(1, gpus_per_worker=1), "device": "cpu"})
+    assert msg == (
+        "spec: workers[1].gpus_per_worker: device cpu runs workers without GPUs; "
+        "remove gpus_per_worker (or set device: gpu)"
+    )
+    msg = _error(_group(0, extra_args=["--device", "cuda"]))
+    assert "workers[0].extra_args: sets --device, which the launcher sets from the spec" in msg
+    (warning,) = parse_spec(_spec(device="cpu")).warnings  # transfer_backend mooncake
+    assert warning.startswith("device cpu with transfer_backend mooncake: mooncake_tcp is")
 
 
 def test_yaml_bare_off_means_off(tmp_path):
@@ -115,6 +157,7 @@ def test_engram_options_checked_against_the_placement():
         "workers[0].engram_offload: Input should be 'hbm', 'dram', 'ssd' or 'off', not 'nvme'"
         in _error(_group(0, engram_offload="nvme"))
     )
+    assert _error(_group(0, engram_offload="dramm")).endswith("(did you mean 'dram'?)")
     assert "engram_hot_cache_gb: Input should be greater than or equal to 0" in _error(
         _group(1, engram_hot_cache_gb=-1)
     )

@@ -130,6 +130,32 @@ def test_health_restart_and_stop_of_the_whole_tree(tmp_path):
     assert "restart 1 in 0.2s" in Path(spec.log_path).read_text()
 
 
+def test_the_process_gets_its_environment_on_top_of_the_supervisors(tmp_path, monkeypatch):
+    value = str(random.randint(0, 10**9))
+    monkeypatch.setenv("SUPERVISOR_TEST_INHERITED", "kept")
+    out = tmp_path / "env.txt"
+    script = (
+        "import os, sys; open(sys.argv[1], 'w').write("
+        "os.environ['SUPERVISOR_TEST_SET'] + ' ' + os.environ['SUPERVISOR_TEST_INHERITED'])"
+    )
+    spec = ProcessSpec(
+        name="env",
+        argv=(sys.executable, "-c", script, str(out)),
+        log_path=str(tmp_path / "env.log"),
+        health_url="http://127.0.0.1:1/health",
+        env={"SUPERVISOR_TEST_SET": value},
+        restart=RestartPolicy(max_restarts=0),
+    )
+    sup = ProcessSupervisor(spec)
+    sup.start()
+    _until(lambda: sup.state == "failed")  # it exits at once; no restarts allowed
+    assert out.read_text() == f"{value} kept"
+    assert (
+        f"start: SUPERVISOR_TEST_SET={value} {sys.executable} -c" in Path(spec.log_path).read_text()
+    )
+    sup.stop()
+
+
 def test_engram_gauges_are_read_and_the_rest_ignored():
     dram = random.randint(1, 1 << 40)
     ratio = random.random()

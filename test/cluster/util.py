@@ -1,16 +1,36 @@
-"""Helpers of the cluster tests: free ports, waiting, process liveness."""
+"""Helpers of the cluster tests: specs from the examples, free ports, waiting, process
+liveness."""
 
 from __future__ import annotations
 
 import random
 import socket
+import string
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 import psutil
+import yaml
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 T = TypeVar("T")
+
+
+def spec_from_example(example: str, tmp: Path, model: Path, **changes: Any) -> tuple[Path, int]:
+    """The example spec with a fresh name, ``model`` and a block of free ports (other
+    tests and servers run on this machine); returns the file and the router's port."""
+    base = free_block(5)
+    data = yaml.safe_load((EXAMPLES / example).read_text())
+    name = "t" + "".join(random.choices(string.ascii_lowercase, k=6))
+    data.update(name=name, model=str(model), base_port=base + 2, bootstrap_base_port=base + 4)
+    data["router"].update(port=base, prometheus_port=base + 1)
+    data.update(changes)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path, base
 
 
 def free_block(n: int) -> int:

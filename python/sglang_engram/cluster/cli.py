@@ -102,11 +102,11 @@ def _plan(args: argparse.Namespace) -> int:
     if args.address:
         try:
             connect(args.address, spec.namespace)
-            nodes = ray_nodes()
+            nodes = ray_nodes(spec.device)
         finally:
             ray.shutdown()
     else:
-        nodes = [local_node(args.num_gpus)]
+        nodes = [local_node(args.num_gpus, spec.device)]
     # NOTE: the router runs where `up` runs: here.
     router_host = ray.util.get_node_ip_address()
     plan = build_plan(spec, nodes, router_host=router_host, log_dir=args.log_dir)

@@ -1,8 +1,10 @@
-"""The GPU assignment: which node each worker runs on.
+"""Which node each worker runs on.
 
-First fit, largest worker first, over the nodes of the Ray cluster (or this host when
-planning without one). ``up`` pins each worker's actor to its node; which GPUs of that
-node it gets is Ray's choice (``status`` shows them), so the plan names none.
+GPU workers: first fit, largest worker first, over the nodes of the Ray cluster with
+GPUs (or this host when planning without one). CPU workers (``device: cpu``) hold no
+GPUs: they go round the nodes in turn. ``up`` pins each worker's actor to its node;
+which GPUs of that node it gets is Ray's choice (``status`` shows them), so the plan
+names none.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ def assign_nodes(demands: list[tuple[str, float]], nodes: list[Node]) -> dict[st
     return {name: out[name] for name, _ in demands}
 
 
+def spread_nodes(names: list[str], nodes: list[Node]) -> dict[str, Node]:
+    """CPU workers: the k-th worker on node k modulo the number of nodes."""
+    if not nodes:
+        raise ClusterSpecError("no live node to run workers on")
+    return {name: nodes[k % len(nodes)] for k, name in enumerate(names)}
+
+
 def _take(free: list[float], gpus: float) -> bool:
     """Take ``gpus`` from one node's per-GPU free capacity, if it fits."""
     if gpus < 1:  # share a GPU: the fullest one that still has room (best fit)
@@ -68,28 +77,35 @@ def _take(free: list[float], gpus: float) -> bool:
     return True
 
 
-def ray_nodes() -> list[Node]:
-    """The live nodes with GPUs of the connected Ray cluster, as Ray accounts them."""
+def ray_nodes(device: str = "gpu") -> list[Node]:
+    """The live nodes of the connected Ray cluster (for ``gpu``, those with GPUs), as Ray
+    accounts them."""
     import ray
 
-    return [
-        Node(n["NodeManagerAddress"], n["Resources"]["GPU"], n["NodeID"])
-        for n in ray.nodes()
-        if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) > 0
-    ]
+    live = [n for n in ray.nodes() if n.get("Alive")]
+    nodes = [Node(n["NodeManagerAddress"], n["Resources"].get("GPU", 0), n["NodeID"]) for n in live]
+    return nodes if device == "cpu" else [n for n in nodes if n.gpus > 0]
 
 
-def local_node(num_gpus: float | None) -> Node:
-    """This host as one node: the GPUs Ray would detect, or ``num_gpus``."""
+def local_node(num_gpus: float | None, device: str = "gpu") -> Node:
+    """This host as one node: the GPUs Ray would detect, or ``num_gpus``; none for ``cpu``."""
     import ray
 
+    check_num_gpus(device, num_gpus)
+    if device == "cpu":
+        return Node(ip=ray.util.get_node_ip_address(), gpus=0)
     gpus = _local_gpus() if num_gpus is None else num_gpus
     if gpus <= 0:
         raise ClusterSpecError(
             "this host has no GPU that Ray would see; pass --num-gpus N to plan for N GPUs, "
-            "or --address to plan against a Ray cluster"
+            "--address to plan against a Ray cluster, or set device: cpu in the spec"
         )
     return Node(ip=ray.util.get_node_ip_address(), gpus=gpus)
+
+
+def check_num_gpus(device: str, num_gpus: float | None) -> None:
+    if device == "cpu" and num_gpus is not None:
+        raise ClusterSpecError("--num-gpus is for device gpu; a device cpu spec uses no GPUs")
 
 
 def _local_gpus() -> int:

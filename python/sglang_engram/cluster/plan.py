@@ -8,21 +8,21 @@ cluster-wide, so they never collide wherever the workers run.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_engram.cluster.layout import Node, assign_nodes
-from sglang_engram.cluster.spec import ClusterSpec
+from sglang_engram.cluster.layout import Node, assign_nodes, spread_nodes
+from sglang_engram.cluster.spec import ClusterSpec, WorkerGroup
 from sglang_engram.cluster.state import run_dir
+from sglang_engram.cpu_serving import CPU_ENGINE_VAR
 
-# Replaces `python -m sglang.launch_server` in every worker's command; the CPU tests set
-# it to a stand-in server, because SGLang cannot serve without a GPU.
-WORKER_CMD_ENV = "SGLANG_ENGRAM_CLUSTER_WORKER_CMD"
 BIND_HOST = "0.0.0.0"
+# NOTE: SGLang's CPU engine sizes its KV pool at ~72 % of free host memory (30 s to
+# allocate 15 GB); a CPU worker gets this many tokens unless its extra_args say otherwise.
+CPU_KV_TOKENS = 32768
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,16 @@ class ProcessPlan:
     port: int
     command: tuple[str, ...]
     log: str
+    env: dict[str, str] = field(default_factory=dict, kw_only=True)  # set on top of the node's
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def shell(self) -> str:
+        """The command as one shell line, its environment in front."""
+        return shlex.join([*(f"{k}={v}" for k, v in self.env.items()), *self.command])
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "url": self.url, "command": list(self.command)}
@@ -67,6 +73,7 @@ class ClusterPlan:
             "name": s.name,
             "namespace": s.namespace,
             "model": s.model,
+            "device": s.device,
             "transfer_backend": s.transfer_backend,
             "log_dir": self.log_dir,
             "warnings": s.warnings,
@@ -77,7 +84,8 @@ class ClusterPlan:
     def render(self) -> str:
         s, r = self.spec, self.router
         lines = [
-            f"cluster {s.name}: model {s.model}, transfer backend {s.transfer_backend}, "
+            f"cluster {s.name}: model {s.model}, device {s.device}, "
+            f"transfer backend {s.transfer_backend}, "
             f"Ray namespace {s.namespace}",
             "",
             f"{'NAME':<16} {'ROLE':<8} {'HOST':<16} {'GPUS':<5} {'PORT':<6} {'BOOTSTRAP':<9} ENGRAM",
@@ -90,8 +98,8 @@ class ClusterPlan:
             )
         lines.append(f"{'router':<16} {'router':<8} {r.host:<16} {'-':<5} {r.port:<6} {'-':<9} -")
         lines += ["", "commands:"]
-        lines += [f"  {w.name}: {shlex.join(w.command)}" for w in self.workers]
-        lines += [f"  router: {shlex.join(r.command)}", "", f"logs: {self.log_dir}"]
+        lines += [f"  {w.name}: {w.shell}" for w in self.workers]
+        lines += [f"  router: {r.shell}", "", f"logs: {self.log_dir}"]
         return "\n".join(lines + [f"warning: {w}" for w in s.warnings])
 
 
@@ -102,13 +110,16 @@ def build_plan(
     ``log_dir``, else the spec's, else the cluster's run directory."""
     log_dir = log_dir or spec.log_dir or str(run_dir(spec.name) / "logs")
     names = [(name, g) for g in spec.workers for name in g.worker_names]
-    assigned = assign_nodes([(name, g.gpus_per_worker) for name, g in names], nodes)
-    prefix = shlex.split(os.environ.get(WORKER_CMD_ENV, ""))
-    prefix = prefix or [sys.executable, "-m", "sglang.launch_server"]
+    cpu = spec.device == "cpu"
+    if cpu:
+        assigned = spread_nodes([name for name, _ in names], nodes)
+    else:
+        assigned = assign_nodes([(name, g.gpus_per_worker) for name, g in names], nodes)
     workers: list[WorkerPlan] = []
     for k, (name, group) in enumerate(names):
         port, bootstrap = spec.base_port + k, None
-        argv = [*prefix, "--model-path", spec.model, "--host", BIND_HOST, "--port", str(port)]
+        argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", spec.model]
+        argv += ["--host", BIND_HOST, "--port", str(port), *(_cpu_args(group) if cpu else [])]
         argv += ["--tp-size", str(group.tp_size), "--disaggregation-mode", group.role]
         argv += ["--disaggregation-transfer-backend", spec.transfer_backend]
         if group.role == "prefill":
@@ -125,8 +136,9 @@ def build_plan(
                 log=str(Path(log_dir) / f"{name}.log"),
                 name=name,
                 role=group.role,
+                env={CPU_ENGINE_VAR: "1"} if cpu else {},
                 node_id=node.node_id,
-                gpus=group.gpus_per_worker,
+                gpus=0 if cpu else group.gpus_per_worker,
                 bootstrap_port=bootstrap,
                 engram_offload=group.engram_offload,
             )
@@ -138,6 +150,13 @@ def build_plan(
     return ClusterPlan(spec=spec, workers=tuple(workers), router=router, log_dir=log_dir)
 
 
+def _cpu_args(group: WorkerGroup) -> list[str]:
+    """SGLang's CPU engine (with CPU_ENGINE_VAR in the environment) and a small KV pool."""
+    flags = {a.split("=", 1)[0] for a in group.extra_args}
+    pool = [] if "--max-total-tokens" in flags else ["--max-total-tokens", str(CPU_KV_TOKENS)]
+    return ["--device", "cpu", *pool]
+
+
 def _router_argv(spec: ClusterSpec, workers: list[WorkerPlan]) -> list[str]:
     """``sglang_router.launch_router`` in PD mode with every prefill and decode URL."""
     argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", BIND_HOST]
@@ -146,5 +165,9 @@ def _router_argv(spec: ClusterSpec, workers: list[WorkerPlan]) -> list[str]:
         argv += ["--prefill", w.url, str(w.bootstrap_port)] if w.role == "prefill" else []
     argv += [a for w in workers if w.role == "decode" for a in ("--decode", w.url)]
     argv += ["--policy", spec.router.policy, "--prometheus-port", str(spec.router.prometheus_port)]
-    # NOTE: at "info" the router logs every registration poll; extra_args may override.
-    return [*argv, "--log-level", "warn", *spec.router.extra_args]
+    # NOTE: defaults that extra_args may override (the last of a flag wins). At "info" the
+    # router logs every registration poll. A retried PD request pairs a new prefill with
+    # a decode worker that may be the one that just died (it is deregistered ~2 s later):
+    # that prefill then holds the request for SGLang's bootstrap timeout (300 s), and so
+    # does the client; without retries the client gets the decode worker's error at once.
+    return [*argv, "--log-level", "warn", "--retry-max-retries", "1", *spec.router.extra_args]

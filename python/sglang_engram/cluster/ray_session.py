@@ -20,11 +20,15 @@ def connect(address: str | None, namespace: str, *, num_gpus: float | None = Non
     common = dict(namespace=namespace, log_to_driver=False, logging_level=logging.WARNING)
     if not address:
         # NOTE: the launcher puts nothing in Ray's object store; a small one spares /dev/shm.
+        # Ray's memory monitor is off: it kills actors when the *node* runs low, whoever
+        # holds the memory, and an actor killed takes its server down for good; the
+        # kernel's OOM killer takes one process, which its supervisor restarts.
         ray.init(
             address="local",
             num_gpus=num_gpus,
             include_dashboard=False,
             object_store_memory=256 << 20,
+            _system_config={"memory_monitor_refresh_ms": 0},
             **common,
         )
         return ray.get_runtime_context().gcs_address

@@ -8,6 +8,7 @@ choices (Engram off on a prefill worker, the fake transfer backend) become ``war
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -22,9 +23,11 @@ from sglang_engram.yaml_file import read_mapping
 EngramOffload = Literal["hbm", "dram", "ssd", "off"]
 ENGRAM_OFFLOADS = get_args(EngramOffload)
 NAME = r"^[a-z0-9][a-z0-9-]*$"
+Device = Literal["gpu", "cpu"]
 # Flags the launcher sets itself; extra_args may not set them.
 MANAGED_WORKER_FLAGS = (
     *("--model-path", "--model", "--host", "--port", "--tp-size", "--tensor-parallel-size"),
+    "--device",
     *("--disaggregation-mode", "--disaggregation-transfer-backend"),
     *("--disaggregation-bootstrap-port", *ENGRAM_FLAGS),
 )
@@ -178,6 +181,8 @@ class WorkerGroup(_Model):
 class ClusterSpec(_Model):
     name: str = Field(pattern=NAME)
     model: str
+    # gpu: each worker holds gpus_per_worker GPUs; cpu: SGLang's CPU engine, no GPUs.
+    device: Device = "gpu"
     # NOTE: SGLang 0.5.23's names; mooncake_tcp is mooncake without RDMA.
     transfer_backend: Literal["mooncake", "mooncake_tcp", "nixl", "fake"]
     workers: tuple[WorkerGroup, ...] = Field(min_length=1, strict=False)  # YAML gives a list
@@ -186,6 +191,29 @@ class ClusterSpec(_Model):
     bootstrap_base_port: int = 8998
     restart: RestartPolicy = RestartPolicy()
     log_dir: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def absolute_model_path(cls, model: str) -> str:
+        # NOTE: the workers do not run in this directory (Ray starts them elsewhere): a
+        # relative path that exists here is made absolute; anything else (a hub id, a
+        # path on the worker nodes only) is passed on as written.
+        path = Path(model).expanduser()
+        return str(path.resolve()) if not path.is_absolute() and path.exists() else model
+
+    @model_validator(mode="before")
+    @classmethod
+    def check_cpu_groups(cls, raw: Any) -> Any:
+        # NOTE: on the raw groups, where a gpus_per_worker the user wrote can be told
+        # from the default that WorkerGroup fills in.
+        if isinstance(raw, dict) and raw.get("device") == "cpu":
+            for i, group in enumerate(raw.get("workers") or []):
+                if isinstance(group, dict) and "gpus_per_worker" in group:
+                    raise ValueError(
+                        f"workers[{i}].gpus_per_worker: device cpu runs workers without "
+                        "GPUs; remove gpus_per_worker (or set device: gpu)"
+                    )
+        return raw
 
     @model_validator(mode="after")
     def check_cluster(self) -> ClusterSpec:
@@ -233,6 +261,11 @@ class ClusterSpec(_Model):
         out = [w for i, g in enumerate(self.workers) for w in g.warnings(f"workers[{i}]")]
         if self.transfer_backend == "fake":
             out.append("transfer_backend fake moves no KV cache; it is for tests only")
+        if self.device == "cpu" and self.transfer_backend in ("mooncake", "nixl"):
+            out.append(
+                f"device cpu with transfer_backend {self.transfer_backend}: mooncake_tcp is "
+                "the backend known to move KV on SGLang's CPU engine"
+            )
         return out
 
 
@@ -273,6 +306,10 @@ def _one_line(exc: ValidationError) -> str:
         close = difflib.get_close_matches(str(err["loc"][-1]), model.model_fields, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         msg = f"unknown key{hint}; allowed keys: {', '.join(model.model_fields)}"
+    elif err["type"] == "literal_error":
+        choices = re.findall(r"'([^']*)'", err["ctx"]["expected"])
+        close = difflib.get_close_matches(str(err.get("input")), choices, n=1)
+        msg += f" (did you mean '{close[0]}'?)" if close else ""
     elif err["type"] == "missing":
         msg = "required key is missing"
     elif err["type"] == "value_error":

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import ctypes
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,6 +40,7 @@ class ProcessSpec:
     argv: tuple[str, ...]
     log_path: str
     health_url: str
+    env: dict[str, str] = field(default_factory=dict)  # on top of the actor's environment
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     stop_grace_s: float = 15.0
 
@@ -125,13 +127,16 @@ class ProcessSupervisor:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         Path(self.spec.log_path).parent.mkdir(parents=True, exist_ok=True)
-        self._log(f"start: {' '.join(self.spec.argv)}")
+        self._log(
+            f"start: {shlex.join([*(f'{k}={v}' for k, v in self.spec.env.items()), *self.spec.argv])}"
+        )
         with open(self.spec.log_path, "ab") as log:
             proc = subprocess.Popen(
                 list(self.spec.argv),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, **self.spec.env},
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )

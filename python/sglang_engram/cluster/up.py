@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from sglang_engram.cluster.layout import ray_nodes
+from sglang_engram.cluster.layout import check_num_gpus, ray_nodes
 from sglang_engram.cluster.plan import ClusterPlan, ProcessPlan, build_plan
 from sglang_engram.cluster.ray_session import connect
 from sglang_engram.cluster.registration import RouterError, list_workers
@@ -63,6 +63,7 @@ def up(
             f"cluster {spec.name!r} is already up (up pid {old.up_pid}); "
             f"run `python -m sglang_engram.cluster down --name {spec.name}` first"
         )
+    check_num_gpus(spec.device, num_gpus)
     import ray
 
     say(f"connecting to Ray at {address}" if address else "starting a local Ray cluster")
@@ -75,7 +76,7 @@ def up(
     cluster: _Cluster | None = None
     try:
         driver_ip = ray.util.get_node_ip_address()
-        plan = build_plan(spec, ray_nodes(), router_host=driver_ip, log_dir=log_dir)
+        plan = build_plan(spec, ray_nodes(spec.device), router_host=driver_ip, log_dir=log_dir)
         Path(plan.log_dir).mkdir(parents=True, exist_ok=True)
         state = ClusterState(
             name=spec.name,
@@ -125,6 +126,7 @@ class _Cluster:
         process = ProcessSpec(
             name=name,
             argv=p.command,
+            env=p.env,
             log_path=p.log,
             health_url=f"http://127.0.0.1:{p.port}{health}",
             restart=self.plan.spec.restart,
@@ -144,7 +146,9 @@ class _Cluster:
         for w in self.plan.workers:
             kw = dict(role=w.role, bootstrap_port=w.bootstrap_port)
             self._actor(w.name, w, "/health", w.node_id, w.gpus, **kw)
-        self.say(f"waiting for Ray to give {len(self.actors)} workers their GPUs ...")
+        gpus = self.plan.spec.device == "gpu"
+        what = "give {} workers their GPUs" if gpus else "start {} workers"
+        self.say(f"waiting for Ray to {what.format(len(self.actors))} ...")
         refs = {name: a.start.remote() for name, a in self.actors.items()}
         ready: list[Any] = []
         while len(ready) < len(refs) and _left(deadline):
@@ -155,13 +159,15 @@ class _Cluster:
         if late := [name for name, ref in refs.items() if ref not in ready]:
             for name in late:
                 ray.kill(self.actors.pop(name))  # still waiting for GPUs: nothing of it runs
+            why = "gave no GPUs to" if gpus else "did not start"
             raise LaunchError(
-                f"Ray gave no GPUs to {', '.join(late)} in time; are other jobs holding them? "
+                f"Ray {why} {', '.join(late)} in time; are other jobs holding its resources? "
                 "(`ray status`)"
             )
         for name, ref in refs.items():
             info = ray.get(ref)
-            self.say(f"started {name} at {info['url']} (GPU {','.join(info['gpu_ids'])})")
+            where = f"GPU {','.join(info['gpu_ids'])}" if gpus else "CPU"
+            self.say(f"started {name} at {info['url']} ({where})")
         workers = dict(self.actors)
         self._wait(workers, lambda: True, "workers to answer /health", deadline)
 
