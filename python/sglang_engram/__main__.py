@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 
+from engram.cli import Parser, run
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m sglang_engram",
         description="Tools of the sglang-engram plugin (clusters: python -m "
         "sglang_engram.cluster).",
@@ -27,13 +28,17 @@ def main(argv: list[str] | None = None) -> int:
         help="skip applying the hooks (they import SGLang's model code, which is slow)",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    from sglang_engram.doctor import collect, render
 
-    report = collect(apply_hooks=not args.no_hooks)
-    print(json.dumps(report, indent=2) if args.json else render(report))
-    failed = any(s.startswith("failed") for s in report["hooks"].values())
-    return 1 if failed else 0
+    def body() -> int:
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        from sglang_engram.doctor import collect, render
+
+        report = collect(apply_hooks=not args.no_hooks)
+        print(json.dumps(report, indent=2) if args.json else render(report))
+        failed = any(s.startswith("failed") for s in report["hooks"].values())
+        return 1 if failed else 0
+
+    return run(body, args)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,14 @@ def read_mapping(path: str | Path, error: type[Exception], expected: str) -> dic
     read, is not YAML, or is not a mapping (``expected`` says what should be there)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise error(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); "
+            "save it as UTF-8"
+        ) from None
     except yaml.YAMLError as exc:
         raise error(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
     if not isinstance(data, dict):

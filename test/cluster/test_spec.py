@@ -77,6 +77,21 @@ def test_unknown_keys_are_named_with_a_suggestion():
     assert "\n" not in msg
 
 
+def test_a_typo_of_a_required_key_names_the_typo_and_the_missing_key():
+    data = _spec(transfer_backnd="nixl")
+    del data["transfer_backend"]
+    assert _error(data) == (
+        "spec: transfer_backnd: unknown key (did you mean 'transfer_backend'? it is required "
+        "and missing); allowed keys: name, model, transfer_backend, workers, router, "
+        "base_port, bootstrap_base_port, restart, log_dir"
+    )
+    data = _group(0, rol="prefill")
+    del data["workers"][0]["role"]
+    assert _error(data).startswith(
+        "spec: workers[0].rol: unknown key (did you mean 'role'? it is required and missing)"
+    )
+
+
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [

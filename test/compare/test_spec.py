@@ -35,7 +35,11 @@ def test_examples_load(name: str) -> None:
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        ({"concurency": [1]}, ["concurency", "Extra inputs"]),
+        ({"concurency": [1]}, ["concurency", "did you mean 'concurrency'"]),
+        ({"configs": [{"name": "r", "url": "http://h:1", "num_gpus": 1, "placement": "nvme"}]},
+         ["configs[r].placement", "'hbm', 'dram', 'ssd' or 'off', not 'nvme'"]),
+        ({"configs": [{"name": "a", "launch": {"engram_offlod": "dram"}}]},
+         ["configs[a].launch.engram_offlod", "did you mean 'engram_offload'"]),
         ({"configs": [{"name": "x", "launch": {}, "url": "http://h:1"}]}, ["configs[x]", "exactly one"]),
         ({"configs": [{"name": "r", "url": "http://h:1"}]}, ["configs[r]", "num_gpus"]),
         ({"configs": [{"name": "s", "launch": {"engram_offload": "ssd"}}]}, ["configs[s]", "engram_ssd_dir"]),

@@ -1,7 +1,7 @@
 """The sweep spec (YAML): what to deploy, which workload, which concurrencies.
 
     name: placements-tiny
-    model: /models/engram-tiny
+    model: models/tiny-engram
     workload: {fixed: {input_len: 1024, output_len: 256}}
     concurrency: [1, 2, 4, 8]
     configs:
@@ -14,15 +14,22 @@ Every mistake is one :class:`SweepSpecError` line naming the key at fault.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sglang_engram.schema_errors import first_error
 from sglang_engram.yaml_file import read_mapping
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# NOTE: the plugin's --engram-offload choices, as the cluster spec lists them (no torch).
+Placement = Literal["hbm", "dram", "ssd", "off"]
+
+
+def _off(value: Any) -> Any:
+    """YAML 1.1 reads a bare ``off`` as false; as a placement it means "off"."""
+    return "off" if value is False else value
 
 
 class SweepSpecError(ValueError):
@@ -77,13 +84,15 @@ class LaunchArgs(_Strict):
     """One ``sglang.launch_server`` the sweep starts and stops."""
 
     tp_size: int = Field(1, gt=0)
-    engram_offload: Literal["hbm", "dram", "ssd", "off"] = "dram"
+    engram_offload: Placement = "dram"
     engram_ssd_dir: str | None = None
     engram_prefetch: bool | None = None
     engram_hot_cache_gb: float | None = Field(None, ge=0)
     engram_ram_cache_gb: float | None = Field(None, ge=0)
     extra_args: list[str] = []
     startup_timeout_s: float = Field(1800.0, gt=0)
+
+    _offload_off = field_validator("engram_offload", mode="before")(_off)
 
     @model_validator(mode="after")
     def _ssd_dir(self) -> LaunchArgs:
@@ -100,8 +109,10 @@ class ConfigSpec(_Strict):
     url: str | None = Field(None, pattern=r"^https?://")
     num_gpus: int | None = Field(None, gt=0)
     sku: str | None = None
-    placement: str | None = None
+    placement: Placement | None = None
     metrics_urls: list[str] = []
+
+    _placement_off = field_validator("placement", mode="before")(_off)
 
     @model_validator(mode="after")
     def _kind(self) -> ConfigSpec:
@@ -159,7 +170,9 @@ class SweepSpec(_Strict):
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
-    data = read_mapping(path, SweepSpecError, "a sweep spec: a mapping (name, model, workload, ...)")
+    data = read_mapping(
+        path, SweepSpecError, "a sweep spec: a mapping (name, model, workload, ...)"
+    )
     return parse_sweep_spec(data, base_dir=path.resolve().parent, source=str(path))
 
 
@@ -169,10 +182,9 @@ def parse_sweep_spec(
     try:
         return SweepSpec.model_validate({**data, "base_dir": str(base_dir)})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        where = _config_name(data, err["loc"]) or where
-        msg = re.sub(r"^Value error, ", "", err["msg"])
+        loc, msg, more = first_error(exc, SweepSpec)
+        where = _config_name(data, loc) or ".".join(str(p) for p in loc) or "(top level)"
+        msg += f" (and {more} more)" if more else ""
         raise SweepSpecError(f"{source}: {where}: {msg}") from None
 
 
