@@ -9,13 +9,13 @@ import sys
 from engram.cli import Parser, run
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = Parser(
+def parser() -> Parser:
+    top = Parser(
         prog="python -m sglang_engram",
         description="Tools of the sglang-engram plugin (clusters: python -m "
         "sglang_engram.cluster).",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = top.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser(
         "doctor",
         help="Report the SGLang version, which hooks applied, the GPU and its "
@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip applying the hooks (they import SGLang's model code, which is slow)",
     )
-    args = parser.parse_args(argv)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
 
     def body() -> int:
         logging.basicConfig(level=logging.WARNING, format="%(message)s")

@@ -107,8 +107,12 @@ def test_cli_writes_the_table_and_json(tiny_dir, tmp_path, capsys):
             str(out),
         ]
     )
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     result = json.loads(out.read_text())
+    # The progress bar on stderr counts regimes x samples (plain lines off a terminal).
+    steps = len(REGIMES) * 3
+    assert "ablate: 100%" in captured.err and f"{steps}/{steps}" in captured.err
     assert set(result["regimes"]) == set(REGIMES)
     for name, score in result["regimes"].items():
         assert set(score) == {"bits_per_token", "exact_match"} and score["bits_per_token"] > 0

@@ -65,7 +65,9 @@ def test_cli_lists_the_strongest_ngrams(tiny_dir, tmp_path, capsys):
     main(["gate-scan", "--model", str(tiny_dir), "--data", str(data), "--top", "3",
           "--min-count", "2", "--json", str(out)])
     result = json.loads(out.read_text())
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "gate-scan: 100%" in captured.err  # the progress bar, one line per redraw
     assert result["positions"] > 0 and f"{result['positions']} positions" in printed
     for rows in result["layers"].values():
         assert 0 < len(rows) <= 3
