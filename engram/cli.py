@@ -219,21 +219,42 @@ def torch_device(requested: str | None) -> str:
     return requested
 
 
-def check_output_dir(path: str | os.PathLike[str], flag: str = "--out") -> None:
-    """Refuse an output directory this user cannot create or write, before any work and
-    without creating it (a command that fails later leaves nothing behind)."""
+def existing_file(text: str) -> Path:
+    """An argparse ``type``: a file that exists (an input)."""
+    path = Path(text)
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{text} {what}")
+    return path
+
+
+def directory(text: str) -> Path:
+    """An argparse ``type``: a directory to write into, existing or to be created. Refused
+    when it is a file, lies below one, or this user cannot write where it is (or would be);
+    nothing is created here, so a command that fails later leaves nothing behind."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file; give a directory")
+    _check_writable(text, path)
+    return path
+
+
+def output_file(text: str) -> Path:
+    """An argparse ``type``: a file to write, refused as :func:`directory` refuses a folder."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name")
+    _check_writable(text, path.parent)
+    return path
+
+
+def _check_writable(text: str, folder: Path) -> None:
     from engram.files import nearest_existing
 
-    target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise EngramInputError(f"{flag} {path} is a file, not a directory; choose a directory")
-    base = nearest_existing(target)
+    base = nearest_existing(folder)
     if not base.is_dir():
-        raise EngramInputError(
-            f"{flag} {path} cannot be created: {base} is a file; choose another directory"
-        )
+        raise argparse.ArgumentTypeError(f"{text} cannot be created: {base} is a file")
     if not os.access(base, os.W_OK | os.X_OK):
-        raise EngramInputError(
-            f"{flag} {path} cannot be written ({base} is not writable by this user); choose "
-            "a directory this user can write"
+        raise argparse.ArgumentTypeError(
+            f"{text} cannot be written: {base} is not writable by this user"
         )

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engram.cli import Parser, number, run
+from engram.cli import Parser, directory, number, run
 from engram.files import MIB
 from engram.ssd.converter import convert_checkpoint
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=directory,
         required=True,
         help="output directory (created; one layer{L}/ table per Engram layer)",
     )

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from engram.cli import Parser, number, run, torch_device
+from engram.cli import Parser, directory, existing_file, number, output_file, run, torch_device
 from engram.files import atomic_write
 from engram.model.builder import TRAINED_MODEL
 
@@ -79,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--data",
             nargs="+",
-            type=Path,
+            type=existing_file,
             metavar="FILE",
             help="UTF-8 text files, one document each (default: the held-out split of the "
             "stdlib corpus the tiny model was trained on)",
@@ -90,12 +90,16 @@ def parser() -> argparse.ArgumentParser:
             default="hbm",
             help="where the tables live (results are identical in every one)",
         )
-        p.add_argument("--ssd-dir", type=Path, help="ssd placement files (default: a temp dir)")
+        p.add_argument(
+            "--ssd-dir", type=directory, help="ssd placement files (default: a temp dir)"
+        )
         p.add_argument(
             "--device", help="where the reference model runs (default: cuda when present)"
         )
         p.add_argument("--seq-len", type=number(at_least=2), default=128, help=seq_help)
-        p.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
+        p.add_argument(
+            "--json", type=output_file, metavar="FILE", help="also write the result as JSON"
+        )
 
     abl = sub.add_parser(
         "ablate",

@@ -8,7 +8,15 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from engram.cli import Parser, number, run, torch_device
+from engram.cli import (
+    Parser,
+    directory,
+    existing_file,
+    number,
+    output_file,
+    run,
+    torch_device,
+)
 from engram.errors import EngramInputError
 from engram.model.builder import TRAINED_MODEL
 from engram.module import ENGRAM_VARIANTS
@@ -52,6 +60,10 @@ def _generate(args: argparse.Namespace) -> None:
     from engram.model.modeling import TinyEngramModel
     from engram.model.tokenizer import load_tokenizer
 
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError:  # NOTE: bytes the terminal's locale could not decode
+        raise EngramInputError("the prompt is not UTF-8 text; pass it as UTF-8") from None
     tokenizer = load_tokenizer(args.model)
     prompt = tokenizer.encode(args.prompt).ids
     if not prompt:
@@ -109,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
         "train_report.json); with --random a model of random weights, where the same options "
         "give byte-identical files and the " + _DEFAULTS_NOTE + ".",
     )
-    build.add_argument("--out", required=True, type=Path, help="directory to write")
+    build.add_argument("--out", required=True, type=directory, help="directory to write")
     build.add_argument(
         "--reuse",
         action="store_true",
@@ -176,7 +188,7 @@ def parser() -> argparse.ArgumentParser:
         "--placement", choices=list(PLACEMENTS), default="hbm", help="where the tables live"
     )
     gen.add_argument(
-        "--ssd-dir", type=Path, help="ssd placement files (default: a temporary directory)"
+        "--ssd-dir", type=directory, help="ssd placement files (default: a temporary directory)"
     )
     gen.add_argument(
         "--max-new-tokens", type=number(at_least=1), default=16, help="tokens to generate"
@@ -197,7 +209,7 @@ def parser() -> argparse.ArgumentParser:
         "2-core machine the default steps take well under the default cap, a capped run is "
         "marked stopped_early in the report.",
     )
-    fit.add_argument("--out", required=True, type=Path, help="model directory to write")
+    fit.add_argument("--out", required=True, type=directory, help="model directory to write")
     fit.add_argument(
         "--seed", type=number(at_least=0), default=0, help="seed of weights and batches"
     )
@@ -220,8 +232,8 @@ def parser() -> argparse.ArgumentParser:
         description="Train the byte-level BPE (specials <|bos|> <|eos|> <|pad|> = ids "
         "0, 1, 2) on FILES, sorted by name; see engram/assets/README.md.",
     )
-    train.add_argument("files", nargs="+", type=Path, help="training text files")
-    train.add_argument("--out", required=True, type=Path, help="tokenizer.json to write")
+    train.add_argument("files", nargs="+", type=existing_file, help="training text files")
+    train.add_argument("--out", required=True, type=output_file, help="tokenizer.json to write")
     train.add_argument(
         "--vocab-size",
         type=number(at_least=259),

@@ -119,7 +119,7 @@ def require_space(directory: Path, needed: int) -> str:
     free = shutil.disk_usage(probe).free
     line = f"needs {needed / GIB:.2f} GiB ({needed:,} bytes), {free / GIB:.2f} GiB free on {probe}"
     if needed > free:
-        raise EngramTableError(f"not enough disk space for the SSD tables: {line}")
+        raise EngramRunError(f"not enough disk space for the SSD tables: {line}")
     return line
 
 

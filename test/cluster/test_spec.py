@@ -199,7 +199,7 @@ def test_overlapping_ports_are_refused():
     assert "worker ports 8000-8001 overlap router port 8001" in msg
     msg = _error(_spec(bootstrap_base_port=30001))
     assert "worker ports 30000-30001 overlap bootstrap ports 30001" in msg
-    assert "fall outside 1-65535" in _error(_spec(base_port=65535))
+    assert "worker ports must lie in 1-65535, not 65535-65536" in _error(_spec(base_port=65535))
 
 
 def test_unreadable_and_malformed_files(tmp_path):

@@ -76,6 +76,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "binary.jsonl").write_bytes(bytes(range(256)) * 4)
     (d / "blocker").write_text("a file where a directory is expected")
+    (d / "array.jsonl").write_text("[1, 2]\n")
+    (d / "workers.yaml").write_text("model: m\ntransfer_backend: nixl\nworkers: 3\n")
+    (d / "tabs.yaml").write_text("name: s\n\tmodel: m\n")
+    port = _sweep(8)
+    port["configs"][0]["url"] = "http://127.0.0.1:99999"
+    (d / "port.yaml").write_text(yaml.safe_dump(port))
     # A run directory measured with input_len 64, and the spec changed to 32 since.
     run = d / "run"
     run.mkdir()
@@ -110,14 +116,28 @@ ROWS = [
     ("sglang_engram.compare", "sweep {d}/nonutf8.yaml --out {d}/s", "{d}/nonutf8.yaml is not UTF-8 text"),
     ("sglang_engram.compare", "sweep {d}/urlnvme.yaml --out {d}/s", "configs[a].placement: Input should be 'hbm', 'dram', 'ssd' or 'off', not 'nvme'"),
     ("sglang_engram.compare", "sweep {d}/spec32.yaml --out {d}/run --resume", "{d}/run holds points of another sweep than this spec: workload.fixed.input_len 64 -> 32;"),
-    ("sglang_engram.compare", f"sweep {SWEEP} --out {{d}}/blocker/out", "--out {d}/blocker/out cannot be created: {d}/blocker is a file"),
+    ("sglang_engram.compare", f"sweep {SWEEP} --out {{d}}/blocker/out", "argument --out: {d}/blocker/out cannot be created: {d}/blocker is a file"),
     ("sglang_engram.compare", "report {d}/neg.jsonl --out {d}/r", "{d}/neg.jsonl:1: p90_tpot_ms is -3, which no measurement gives"),
     ("sglang_engram.compare", "report {d}/nan.jsonl --out {d}/r", "{d}/nan.jsonl:1: total_throughput is nan, which no measurement gives"),
     ("sglang_engram.compare", "report {d}/nosku.jsonl --out {d}/r", "{d}/nosku.jsonl:2: the point has no 'sku'"),
     ("sglang_engram.compare", "report {d}/binary.jsonl --out {d}/r", "{d}/binary.jsonl is not a results file (byte 128 is not UTF-8 text)"),
-    ("sglang_engram.compare", "report {d}/good.jsonl --out {d}/blocker/r", "--out {d}/blocker/r cannot be created"),
+    ("sglang_engram.compare", "report {d}/good.jsonl --out {d}/blocker/r", "argument --out: {d}/blocker/r cannot be created"),
     # python -m sglang_engram doctor
     ("sglang_engram", "doctor --no-such-flag", "unrecognized arguments: --no-such-flag"),
+    # bad input beyond the list
+    ("engram.model", "", "the following arguments are required: command; see python -m engram.model --help"),
+    ("engram.model", "train-tokenizer {d}/missing.txt --out {d}/tok.json", "argument files: {d}/missing.txt does not exist"),
+    ("engram.model", "generate --placement ssd --ssd-dir {d}/blocker", "argument --ssd-dir: {d}/blocker is a file; give a directory"),
+    ("engram.model", "generate \udcff\udcfe", "the prompt is not UTF-8 text"),
+    ("engram.eval", "ablate --json {d}/blocker/x.json", "argument --json: {d}/blocker/x.json cannot be created: {d}/blocker is a file"),
+    ("engram.eval", "ablate --data {d}", "argument --data: {d} is a directory, not a file"),
+    ("sglang_engram.cluster", "plan {d}/workers.yaml --num-gpus 2", "{d}/workers.yaml: workers: must be a list, not 3"),
+    ("sglang_engram.cluster", "status", "name the cluster: give its spec file or --name"),
+    ("sglang_engram.compare", "sweep {d}/tabs.yaml --out {d}/s", "{d}/tabs.yaml is not valid YAML: found character '\\t' that cannot start any token (line 2, column 1)"),
+    ("sglang_engram.compare", "sweep {d}/port.yaml --out {d}/s", "configs[a]: url http://127.0.0.1:99999 has a port outside 1-65535"),
+    ("sglang_engram.compare", f"sweep {SWEEP} --out {{d}}/s --resume --force-new", "argument --force-new: not allowed with argument --resume"),
+    ("sglang_engram.compare", "report {d}/array.jsonl --out {d}/r", "{d}/array.jsonl:1: a point is a JSON object, not list"),
+    ("sglang_engram.compare", "report {d}/good.jsonl --out {d}/r --at 0", "argument --at: must be a number > 0, not '0'"),
 ]  # fmt: skip
 
 

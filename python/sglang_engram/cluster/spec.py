@@ -214,7 +214,7 @@ class ClusterSpec(_Model):
         ]
         for i, (a, ra) in enumerate(ranges):
             if ra.start < 1 or ra.stop - 1 > 65535:
-                raise ValueError(f"{a} {_span(ra)} fall outside 1-65535")
+                raise ValueError(f"{a} must lie in 1-65535, not {_span(ra)}")
             for b, rb in ranges[i + 1 :]:
                 if ra.start < rb.stop and rb.start < ra.stop:
                     raise ValueError(
@@ -255,6 +255,7 @@ def parse_spec(
 _MESSAGES = {
     "string_pattern_mismatch": "must use lowercase letters, digits and '-'",
     "too_short": "must not be empty",
+    "tuple_type": "must be a list",
 }
 
 

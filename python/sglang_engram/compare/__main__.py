@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from engram.cli import Parser, RawDescriptionFormatter, check_output_dir, number, run, say
+from engram.cli import (
+    Parser,
+    RawDescriptionFormatter,
+    directory,
+    existing_file,
+    number,
+    run,
+    say,
+)
 
 _DESCRIPTION = """\
 Comparison runs of Engram placements, layouts and GPUs.
@@ -31,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help="measure every point of a sweep spec")
     sweep.add_argument("spec", help="sweep spec (YAML); see examples/sweep-placements.yaml")
-    sweep.add_argument("--out", required=True, type=Path, help="results directory")
+    sweep.add_argument("--out", required=True, type=directory, help="results directory")
     again = sweep.add_mutually_exclusive_group()
     again.add_argument(
         "--resume",
@@ -45,10 +52,10 @@ def _parser() -> argparse.ArgumentParser:
         help="start over: move DIR's previous results aside (into DIR/previous-TIME/)",
     )
     report = sub.add_parser("report", help="frontiers, tokens per dollar and charts")
-    report.add_argument("results", nargs="+", type=Path, help="results.jsonl files")
-    report.add_argument("--out", required=True, type=Path, help="report directory")
+    report.add_argument("results", nargs="+", type=existing_file, help="results.jsonl files")
+    report.add_argument("--out", required=True, type=directory, help="report directory")
     report.add_argument(
-        "--costs", type=Path, help="YAML overriding the shipped $/GPU-hour (default: none)"
+        "--costs", type=existing_file, help="YAML overriding the shipped $/GPU-hour (default: none)"
     )
     report.add_argument("--note", help="a line printed on the charts and in report.md")
     report.add_argument(
@@ -77,7 +84,6 @@ def _sweep(args: argparse.Namespace) -> int:
 
     def body() -> int:
         spec = load_sweep_spec(args.spec)
-        check_output_dir(args.out)
         failures = run_sweep(spec, args.out, resume=args.resume, force_new=args.force_new, say=say)
         say(f"done: {args.out / 'results.jsonl'}" + (f" ({failures} failed)" if failures else ""))
         return 1 if failures else 0
@@ -97,11 +103,6 @@ def _report(args: argparse.Namespace) -> int:
 
     def body() -> int:
         costs = load_costs(args.costs)
-        for path in args.results:
-            if not path.is_file():
-                what = "is a directory" if path.is_dir() else "does not exist"
-                raise ResultsError(f"results file {path} {what}; give the results.jsonl files")
-        check_output_dir(args.out)
         summary = write_report(args.results, args.out, costs, args.at, note=args.note)
         groups = ", ".join(f"{n} ({g['points']})" for n, g in summary["groups"].items())
         print(f"report: {args.out / 'report.md'}; groups: {groups}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -119,6 +120,8 @@ class ConfigSpec(_Strict):
         given = [k for k in ("launch", "cluster", "url") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of launch, cluster or url (got {given or 'none'})")
+        if self.url is not None:
+            _check_url(self.url)
         if self.url is not None and (self.num_gpus is None or self.placement is None):
             raise ValueError("a url config states num_gpus and placement (and sku if mixed)")
         if self.url is None and self.num_gpus is not None:
@@ -128,6 +131,16 @@ class ConfigSpec(_Strict):
     @property
     def kind(self) -> str:
         return "launch" if self.launch else "cluster" if self.cluster is not None else "url"
+
+
+def _check_url(url: str) -> None:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"url {url} has a port outside 1-65535") from None
+    if not parts.hostname or port == 0:
+        raise ValueError(f"url {url} needs a host and a port in 1-65535 (http://HOST:PORT)")
 
 
 class SweepSpec(_Strict):
