@@ -37,14 +37,20 @@ class _DefaultsFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        default = action.default
         if (
             "default" not in text.lower()
-            and default not in (None, False, argparse.SUPPRESS)
+            and shows_default(action)
             and (action.option_strings or action.nargs in ("?", "*"))
         ):
             text += " (default: %(default)s)"
         return text
+
+
+def shows_default(action: argparse.Action) -> bool:
+    """Whether ``--help`` should state the action's default (a flag's False and an
+    absent None say nothing; 0 does)."""
+    default = action.default
+    return not (default is None or default is False or default is argparse.SUPPRESS)
 
 
 class RawDescriptionFormatter(_DefaultsFormatter, argparse.RawDescriptionHelpFormatter):

@@ -12,7 +12,6 @@ import argparse
 import logging
 from typing import Any
 
-from engram.cli import number
 from sglang_engram.config import DEFAULT_OFFLOAD, DEFAULT_RAM_CACHE_GB, EngramServerConfig
 
 logger = logging.getLogger(__name__)
@@ -81,16 +80,18 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--engram-hot-cache-gb",
-        type=number(float, at_least=0),
+        type=float,
         default=0.0,
         metavar="N",
         help="GiB of device memory (per GPU, shared by its Engram tables) caching hot rows "
         "in front of dram or ssd tables (default 0 = none).",
     )
-    # NOTE: None = not given, so that giving it with another placement than ssd warns.
+    # NOTE: plain float types: SGLang's parser would print its whole usage for a bad value;
+    # validation.check_startup refuses negative ones in one line. None = not given, so
+    # that giving the RAM cache with another placement than ssd warns.
     group.add_argument(
         "--engram-ram-cache-gb",
-        type=number(float, at_least=0),
+        type=float,
         default=None,
         metavar="N",
         help="GiB of host memory (per GPU, shared by its Engram tables) caching rows of the "

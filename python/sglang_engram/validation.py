@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -95,7 +96,7 @@ def _check_numbers(config: EngramServerConfig) -> None:
         ("--engram-hot-cache-gb", config.hot_cache_gb),
         ("--engram-ram-cache-gb", config.ram_cache_gb),
     ):
-        if value is not None and not value >= 0:  # NOTE: NaN too
+        if value is not None and not (math.isfinite(value) and value >= 0):
             raise EngramStartupError(f"{flag} must be >= 0, got {value:g}")
 
 

@@ -17,7 +17,7 @@ from sglang_engram.cluster.cli import _parser as cluster_parser
 from sglang_engram.compare.__main__ import _parser as compare_parser
 from sglang_engram.flags import add_engram_args
 
-from engram.cli import Parser, number
+from engram.cli import Parser, number, shows_default
 from engram.convert import build_parser as convert_parser
 from engram.eval.__main__ import parser as eval_parser
 from engram.model.__main__ import parser as model_parser
@@ -60,7 +60,7 @@ def test_help_states_every_default(name: str) -> None:
             text = formatter._expand_help(action) if action.help else ""
             flag = "/".join(action.option_strings) or action.dest
             assert text.strip(), f"{parser.prog} {flag} has no help"
-            if action.default not in (None, False, argparse.SUPPRESS):
+            if shows_default(action):
                 assert "default" in text, f"{parser.prog} {flag}: {text!r} hides its default"
     if name == "--engram-* flags":
         ram = next(a for a in _engram_flags()._actions if a.dest == "engram_ram_cache_gb")
