@@ -4,8 +4,6 @@ Imports torch (and numpy) only; nothing here imports SGLang.
 """
 
 from engram.errors import EngramConfigError, EngramError, EngramInputError, EngramTableError
-from engram.hashing import NgramHasher
-from engram.spec import EngramSpec, has_engram
 
 __all__ = [
     "EngramConfigError",
@@ -18,12 +16,20 @@ __all__ = [
     "has_engram",
 ]
 
+# NOTE: imported on first use, so that `import engram.errors` / `engram.files` /
+# `engram.cli` stay cheap: a command line rejects bad flags before torch loads, and the
+# token map needs `tokenizers`, which the kernels and the device checks do not.
+_LAZY = {
+    "NgramHasher": "engram.hashing",
+    "EngramSpec": "engram.spec",
+    "has_engram": "engram.spec",
+    "build_token_map": "engram.token_map",
+}
+
 
 def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attribute
-    # NOTE: the token map needs `tokenizers`; importing it lazily keeps `import engram`
-    # cheap for the kernels and the device checks.
-    if name == "build_token_map":
-        from engram.token_map import build_token_map
+    if name in _LAZY:
+        import importlib
 
-        return build_token_map
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(name)

@@ -11,14 +11,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from engram.errors import EngramError
+from engram.cli import Parser, directory, number, run
 from engram.files import MIB
 from engram.ssd.converter import convert_checkpoint
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m engram.convert",
         description=(
             "Convert the Engram tables of a safetensors checkpoint into the SSD layout "
@@ -35,13 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=directory,
         required=True,
         help="output directory (created; one layer{L}/ table per Engram layer)",
     )
     parser.add_argument(
         "--chunk-mib",
-        type=float,
+        type=number(float, above=0),
         default=DEFAULT_CHUNK_BYTES / MIB,
         help="checksum and resume granularity in MiB (default %(default)g)",
     )
@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+
+    def body() -> None:
         convert_checkpoint(
             args.checkpoint,
             args.out,
@@ -71,10 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             verify=args.verify,
             show_progress=not args.quiet,
         )
-    except (EngramError, OSError) as err:
-        print(f"engram.convert: error: {err}", file=sys.stderr)
-        return 1
-    return 0
+
+    return run(body, args, interrupted="interrupted; run the same command to resume")
 
 
 if __name__ == "__main__":

@@ -15,3 +15,8 @@ class EngramTableError(EngramError, ValueError):
 
 class EngramInputError(EngramError, ValueError):
     """Token ids or row ids out of range, or malformed batch metadata."""
+
+
+class EngramRunError(EngramError, RuntimeError):
+    """Running failed for a reason outside the input (the disk filled, a device failed);
+    a command line exits 1 for it, 2 for the errors above."""

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from engram.errors import EngramError
+from engram.cli import Parser, directory, existing_file, number, output_file, run, torch_device
 from engram.files import atomic_write
 from engram.model.builder import TRAINED_MODEL
 
@@ -32,13 +32,16 @@ def _ablate(args: argparse.Namespace) -> dict[str, object]:
     if args.url:
         from engram.eval.remote import remote_exact_match
 
-        result = remote_exact_match(args.url, tokenizer, samples, args.k, args.timeout)
+        result = remote_exact_match(
+            args.url, tokenizer, samples, args.k, args.timeout, show_progress=True
+        )
     else:
         from engram.eval.ablate import ablate
         from engram.eval.loading import open_model
 
-        with open_model(args.model, args.placement, args.ssd_dir, args.device) as model:
-            result = ablate(model, samples, args.k)
+        device = torch_device(args.device)
+        with open_model(args.model, args.placement, args.ssd_dir, device) as model:
+            result = ablate(model, samples, args.k, show_progress=True)
     print(result.table())
     return result.to_json()
 
@@ -52,20 +55,15 @@ def _gate_scan(args: argparse.Namespace) -> dict[str, object]:
     check_engram_model(args.model)
     tokenizer = load_tokenizer(args.model)
     segs = segments(tokenizer, load_documents(args.data), args.seq_len, args.max_segments)
-    with open_model(args.model, args.placement, args.ssd_dir, args.device) as model:
-        scan = gate_scan(model, tokenizer, segs)
+    device = torch_device(args.device)
+    with open_model(args.model, args.placement, args.ssd_dir, device) as model:
+        scan = gate_scan(model, tokenizer, segs, show_progress=True)
     print(scan.table(args.top, args.min_count))
     return scan.to_json(args.top, args.min_count)
 
 
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = Parser(
         prog="python -m engram.eval",
         description="Quality tools for Engram models (the core library's reference model).",
     )
@@ -73,21 +71,35 @@ def parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser, seq_help: str) -> None:
         p.add_argument(
-            "--model", type=Path, default=TRAINED_MODEL,
+            "--model",
+            type=Path,
+            default=TRAINED_MODEL,
             help="model directory (default: the bundled trained tiny model)",
         )
         p.add_argument(
-            "--data", nargs="+", type=Path, metavar="FILE",
+            "--data",
+            nargs="+",
+            type=existing_file,
+            metavar="FILE",
             help="UTF-8 text files, one document each (default: the held-out split of the "
             "stdlib corpus the tiny model was trained on)",
         )
-        p.add_argument("--placement", choices=EVAL_PLACEMENTS, default="hbm",
-                       help="where the tables live (results are identical in every one)")
-        p.add_argument("--ssd-dir", type=Path, help="ssd placement files (default: a temp dir)")
-        p.add_argument("--device", default=default_device(),
-                       help="where the reference model runs (default: cuda when present)")
-        p.add_argument("--seq-len", type=int, default=128, help=seq_help)
-        p.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
+        p.add_argument(
+            "--placement",
+            choices=EVAL_PLACEMENTS,
+            default="hbm",
+            help="where the tables live (results are identical in every one)",
+        )
+        p.add_argument(
+            "--ssd-dir", type=directory, help="ssd placement files (default: a temp dir)"
+        )
+        p.add_argument(
+            "--device", help="where the reference model runs (default: cuda when present)"
+        )
+        p.add_argument("--seq-len", type=number(at_least=2), default=128, help=seq_help)
+        p.add_argument(
+            "--json", type=output_file, metavar="FILE", help="also write the result as JSON"
+        )
 
     abl = sub.add_parser(
         "ablate",
@@ -101,13 +113,25 @@ def parser() -> argparse.ArgumentParser:
         "running server or PD router (OpenAI completions API, greedy) scored by exact match.",
     )
     common(abl, "tokens per segment (default 128, the training length)")
-    abl.add_argument("--prompt-frac", type=float, default=0.5,
-                     help="share of each segment that is prompt, inside (0, 1) (default 0.5)")
-    abl.add_argument("--k", type=int, default=8, help="exact-match length (default 8)")
-    abl.add_argument("--max-samples", type=int, default=200,
-                     help="segments scored, evenly spread (default 200)")
+    abl.add_argument(
+        "--prompt-frac",
+        type=number(float, above=0, below=1),
+        default=0.5,
+        help="share of each segment that is prompt, inside (0, 1) (default 0.5)",
+    )
+    abl.add_argument(
+        "--k", type=number(at_least=1), default=8, help="exact-match length (default 8)"
+    )
+    abl.add_argument(
+        "--max-samples",
+        type=number(at_least=1),
+        default=200,
+        help="segments scored, evenly spread (default 200)",
+    )
     abl.add_argument("--url", help="score a running server's greedy completions instead")
-    abl.add_argument("--timeout", type=float, default=120.0, help="seconds per request (--url)")
+    abl.add_argument(
+        "--timeout", type=number(float, above=0), default=120.0, help="seconds per request (--url)"
+    )
     abl.set_defaults(func=_ablate)
 
     scan = sub.add_parser(
@@ -119,25 +143,36 @@ def parser() -> argparse.ArgumentParser:
         "strongest mean gate and their counts.",
     )
     common(scan, "tokens per segment (default 128)")
-    scan.add_argument("--top", type=int, default=20, help="n-grams listed per layer (20)")
-    scan.add_argument("--min-count", type=int, default=5,
-                      help="only n-grams seen at least this often (default 5)")
-    scan.add_argument("--max-segments", type=int, default=400,
-                      help="segments scanned, evenly spread (default 400)")
+    scan.add_argument(
+        "--top", type=number(at_least=1), default=20, help="n-grams listed per layer (default 20)"
+    )
+    scan.add_argument(
+        "--min-count",
+        type=number(at_least=1),
+        default=5,
+        help="only n-grams seen at least this often (default 5)",
+    )
+    scan.add_argument(
+        "--max-segments",
+        type=number(at_least=1),
+        default=400,
+        help="segments scanned, evenly spread (default 400)",
+    )
     scan.set_defaults(func=_gate_scan)
     return top
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    try:
+
+    def body() -> None:
         result = args.func(args)
-    except EngramError as exc:
-        sys.exit(f"error: {exc}")
-    if args.json:
-        atomic_write(args.json, json.dumps(result, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        if args.json:
+            atomic_write(args.json, json.dumps(result, indent=1) + "\n")
+            print(f"wrote {args.json}")
+
+    return run(body, args)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from engram.errors import EngramInputError
 from engram.eval.regimes import REGIMES, Regime
 from engram.eval.samples import Sample
 from engram.model.modeling import TinyEngramModel
+from engram.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -74,13 +76,19 @@ def ablate(
     samples: Sequence[Sample],
     k: int = 8,
     regimes: Mapping[str, Regime] = REGIMES,
+    show_progress: bool = False,
 ) -> Ablation:
+    if k < 1:
+        raise EngramInputError(f"the exact-match length k must be at least 1, got {k}")
     scores = {}
     tokens = sum(len(s.continuation) for s in samples)
-    for name, regime in regimes.items():
-        nats, matches = 0.0, 0
-        for sample in samples:
-            loss, _, match = score_sample(model, sample, regime, k)
-            nats, matches = nats + loss, matches + match
-        scores[name] = RegimeScore(nats / tokens / math.log(2.0), matches / len(samples))
+    steps = len(regimes) * len(samples)
+    with progress_bar(steps, "ablate", unit="sample", show=show_progress) as bar:
+        for name, regime in regimes.items():
+            nats, matches = 0.0, 0
+            for sample in samples:
+                loss, _, match = score_sample(model, sample, regime, k)
+                nats, matches = nats + loss, matches + match
+                bar.update()
+            scores[name] = RegimeScore(nats / tokens / math.log(2.0), matches / len(samples))
     return Ablation(scores, tokens, len(samples), k)

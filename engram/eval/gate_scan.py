@@ -13,6 +13,7 @@ import torch
 from engram.errors import EngramConfigError
 from engram.model.modeling import TinyEngramModel
 from engram.module import V41Engram, v41_gate_values
+from engram.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,10 @@ class GateScan:
 
 
 def gate_scan(
-    model: TinyEngramModel, tokenizer: object, segments: Sequence[Sequence[int]]
+    model: TinyEngramModel,
+    tokenizer: object,
+    segments: Sequence[Sequence[int]],
+    show_progress: bool = False,
 ) -> GateScan:
     """Run ``model`` over each segment (a sequence of its own) and record the gates."""
     layers = {i: model.model.layers[i].engram for i in model.config.engram_layer_ids}
@@ -77,7 +81,8 @@ def gate_scan(
     window = model.hasher.window
     scan = GateScan(groups={i: defaultdict(lambda: [0.0, 0]) for i in layers})
     texts: dict[tuple[int, ...], str] = {}
-    with _GateRecorder(layers) as gates:
+    bar = progress_bar(len(segments), "gate-scan", unit="segment", show=show_progress)
+    with _GateRecorder(layers) as gates, bar:
         for seg in segments:
             model.forward(list(seg))
             for t in range(len(seg)):
@@ -89,6 +94,7 @@ def gate_scan(
                     group[0] += float(gates[layer][t])
                     group[1] += 1
             scan.positions += len(seg)
+            bar.update()
     scan.groups = {layer: dict(g) for layer, g in scan.groups.items()}
     return scan
 

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from engram.errors import EngramConfigError
+from engram.model.directory import read_config
 from engram.model.modeling import TinyEngramModel
 
 
 def check_engram_model(model_dir: str | Path) -> None:
     """One clear error when ``model_dir`` is not a model with Engram layers."""
-    path = Path(model_dir) / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise EngramConfigError(f"{model_dir} is not a model directory: {exc}") from exc
+    cfg = read_config(model_dir)
     if not cfg.get("engram_layer_ids"):
         raise EngramConfigError(
             f"{model_dir} has no Engram layers (config.json lists no engram_layer_ids): "

@@ -14,6 +14,7 @@ import requests
 
 from engram.errors import EngramInputError
 from engram.eval.samples import Sample
+from engram.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,18 @@ class RemoteScore:
     k: int
 
     def to_json(self) -> dict[str, object]:
-        return {"url": self.url, "exact_match": self.exact_match, "samples": self.samples,
-                "k": self.k}
+        return {
+            "url": self.url,
+            "exact_match": self.exact_match,
+            "samples": self.samples,
+            "k": self.k,
+        }
 
     def table(self) -> str:
-        return (f"{'server':<40}{f'exact@{self.k}':>12}\n{self.url:<40}{self.exact_match:>12.3f}\n"
-                f"{self.samples} samples")
+        return (
+            f"{'server':<40}{f'exact@{self.k}':>12}\n{self.url:<40}{self.exact_match:>12.3f}\n"
+            f"{self.samples} samples"
+        )
 
 
 def served_model(url: str, timeout: float) -> str:
@@ -61,15 +68,22 @@ def complete(url: str, model: str, prompt: list[int], max_tokens: int, timeout: 
 
 
 def remote_exact_match(
-    url: str, tokenizer: object, samples: Sequence[Sample], k: int, timeout: float = 120.0
+    url: str,
+    tokenizer: object,
+    samples: Sequence[Sample],
+    k: int,
+    timeout: float = 120.0,
+    show_progress: bool = False,
 ) -> RemoteScore:
     """Share of samples whose greedy completion of ``k`` tokens (fewer when the
     continuation is shorter) is the reference continuation's text."""
     url = url.rstrip("/")
     model = served_model(url, timeout)
     matches = 0
-    for sample in samples:
-        n = min(k, len(sample.continuation))
-        want = tokenizer.decode(sample.continuation[:n])  # type: ignore[attr-defined]
-        matches += complete(url, model, sample.prompt, n, timeout) == want
+    with progress_bar(len(samples), "ablate --url", unit="request", show=show_progress) as bar:
+        for sample in samples:
+            n = min(k, len(sample.continuation))
+            want = tokenizer.decode(sample.continuation[:n])  # type: ignore[attr-defined]
+            matches += complete(url, model, sample.prompt, n, timeout) == want
+            bar.update()
     return RemoteScore(url, matches / len(samples), len(samples), k)

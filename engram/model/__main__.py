@@ -8,7 +8,16 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from engram.errors import EngramError, EngramInputError
+from engram.cli import (
+    Parser,
+    directory,
+    existing_file,
+    number,
+    output_file,
+    run,
+    torch_device,
+)
+from engram.errors import EngramInputError
 from engram.model.builder import TRAINED_MODEL
 from engram.module import ENGRAM_VARIANTS
 from engram.tables import PLACEMENTS
@@ -24,17 +33,18 @@ def _build(args: argparse.Namespace) -> None:
         copy_trained_model,
     )
 
+    given = {k: v for k in _RANDOM_OPTIONS if (v := getattr(args, k)) is not None}
+    if given and not args.random:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise EngramInputError(
+            f"{flags} only shape a --random build (without --random the bundled trained "
+            "model is copied as it is); add --random or drop them"
+        )
     options = None
     if args.random:
-        options = BuildOptions(
-            seed=args.seed,
-            num_hidden_layers=args.num_hidden_layers,
-            engram_layer_ids=tuple(args.engram_layer_ids),
-            engram_variant=args.engram_variant,
-            engram_vocab_size=args.engram_vocab_size,
-            engram_max_ngram_size=args.engram_max_ngram_size,
-            engram_n_heads=args.engram_n_heads,
-        )
+        if "engram_layer_ids" in given:
+            given["engram_layer_ids"] = tuple(given["engram_layer_ids"])
+        options = BuildOptions(**given)
     kind = "random" if args.random else "trained"
     if args.reuse and built_with(args.out, options):
         print(f"reusing the {kind} tiny Engram model in {Path(args.out).resolve()}")
@@ -50,13 +60,18 @@ def _generate(args: argparse.Namespace) -> None:
     from engram.model.modeling import TinyEngramModel
     from engram.model.tokenizer import load_tokenizer
 
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError:  # NOTE: bytes the terminal's locale could not decode
+        raise EngramInputError("the prompt is not UTF-8 text; pass it as UTF-8") from None
     tokenizer = load_tokenizer(args.model)
     prompt = tokenizer.encode(args.prompt).ids
     if not prompt:
         raise EngramInputError("the prompt is empty")
+    device = torch_device(args.device)
     with tempfile.TemporaryDirectory(prefix="engram-ssd-") as tmp:
         model = TinyEngramModel.from_pretrained(
-            args.model, args.placement, args.ssd_dir or tmp, args.device or _device()
+            args.model, args.placement, args.ssd_dir or tmp, device
         )
         try:
             new = model.generate(prompt, args.max_new_tokens)
@@ -73,18 +88,12 @@ def _train(args: argparse.Namespace) -> None:
         steps=args.steps,
         minutes=args.minutes,
         threads=args.threads,
-        device=args.device or _device(),
+        device=torch_device(args.device),
     )
     report = train(args.out, options)
     bits = report["heldout_bits_per_token"]
     print(f"held-out bits/token: engram {bits['engram']:.4f}, baseline {bits['baseline']:.4f}")
     print(f"wrote {Path(args.out).resolve()} (train_report.json has the details)")
-
-
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _train_tokenizer(args: argparse.Namespace) -> None:
@@ -96,7 +105,7 @@ def _train_tokenizer(args: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = Parser(
         prog="python -m engram.model",
         description="The tiny Engram model: a 4-layer Qwen3-like LM (hidden 128) with "
         "Engram layers, trained on the Python standard library or built with random weights, "
@@ -110,11 +119,9 @@ def parser() -> argparse.ArgumentParser:
         description="Write config.json, model.safetensors, tokenizer.json and "
         "tokenizer_config.json: by default the bundled trained model (with its "
         "train_report.json); with --random a model of random weights, where the same options "
-        "give byte-identical files and the "
-        + _DEFAULTS_NOTE
-        + ".",
+        "give byte-identical files and the " + _DEFAULTS_NOTE + ".",
     )
-    build.add_argument("--out", required=True, type=Path, help="directory to write")
+    build.add_argument("--out", required=True, type=directory, help="directory to write")
     build.add_argument(
         "--reuse",
         action="store_true",
@@ -125,42 +132,41 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="random weights, deterministic for the options below (which need it)",
     )
-    build.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    # NOTE: None = not given, so that an option without --random is refused; the
+    # defaults are BuildOptions' and the help states them.
+    build.add_argument("--seed", type=number(at_least=0), help="weight seed (default 0)")
     build.add_argument(
-        "--num-hidden-layers", type=int, default=4, help="decoder layers (default 4)"
+        "--num-hidden-layers", type=number(at_least=1), help="decoder layers (default 4)"
     )
     build.add_argument(
         "--engram-layer-ids",
-        type=int,
+        type=number(at_least=0),
         nargs="+",
-        default=[1, 3],
         metavar="ID",
         help="decoder layers that start with an Engram layer (default 1 3)",
     )
     build.add_argument(
         "--engram-variant",
         choices=list(ENGRAM_VARIANTS),
-        default="v41",
-        help="v41: DeepSeek-V4.1 gate; paper: per-stream keys + ShortConv",
+        help="v41: DeepSeek-V4.1 gate; paper: per-stream keys + ShortConv (default v41)",
     )
     build.add_argument(
         "--engram-vocab-size",
-        type=int,
-        default=5000,
+        type=number(at_least=2),
         help="where the prime search starts: each layer gets (N - 1) x heads hash buckets of "
         "about this many rows (default 5000)",
     )
     build.add_argument(
         "--engram-max-ngram-size",
-        type=int,
-        default=4,
-        help="N, the longest n-gram (default 4; SGLang's hash kernel needs a power of two)",
+        type=number(at_least=2, power_of_two=True),
+        help="N, the longest n-gram: 2, 4 or 8 (default 4; SGLang's hash kernel needs a "
+        "power of two)",
     )
     build.add_argument(
         "--engram-n-heads",
-        type=int,
-        default=4,
-        help="hash heads per n-gram order (default 4; SGLang's hash kernel needs a power of two)",
+        type=number(at_least=1, power_of_two=True),
+        help="hash heads per n-gram order: 1, 2, 4, 8 ... (default 4; SGLang's hash kernel "
+        "needs a power of two)",
     )
     build.set_defaults(func=_build)
 
@@ -178,11 +184,15 @@ def parser() -> argparse.ArgumentParser:
         default=TRAINED_MODEL,
         help="model directory (default: the bundled trained model)",
     )
-    gen.add_argument("--placement", choices=list(PLACEMENTS), default="hbm")
     gen.add_argument(
-        "--ssd-dir", type=Path, help="ssd placement files (default: a temporary directory)"
+        "--placement", choices=list(PLACEMENTS), default="hbm", help="where the tables live"
     )
-    gen.add_argument("--max-new-tokens", type=int, default=16)
+    gen.add_argument(
+        "--ssd-dir", type=directory, help="ssd placement files (default: a temporary directory)"
+    )
+    gen.add_argument(
+        "--max-new-tokens", type=number(at_least=1), default=16, help="tokens to generate"
+    )
     gen.add_argument("--device", help="cpu or cuda (default: cuda when present)")
     gen.set_defaults(func=_generate)
 
@@ -199,13 +209,20 @@ def parser() -> argparse.ArgumentParser:
         "2-core machine the default steps take well under the default cap, a capped run is "
         "marked stopped_early in the report.",
     )
-    fit.add_argument("--out", required=True, type=Path, help="model directory to write")
-    fit.add_argument("--seed", type=int, default=0, help="seed of weights and batches (0)")
-    fit.add_argument("--steps", type=int, default=800, help="steps per model, 8 x 128 tokens each")
+    fit.add_argument("--out", required=True, type=directory, help="model directory to write")
     fit.add_argument(
-        "--minutes", type=float, default=20.0, help="wall-time cap for both models (20)"
+        "--seed", type=number(at_least=0), default=0, help="seed of weights and batches"
     )
-    fit.add_argument("--threads", type=int, default=2, help="torch CPU threads (2)")
+    fit.add_argument(
+        "--steps", type=number(at_least=1), default=800, help="steps per model, 8 x 128 tokens each"
+    )
+    fit.add_argument(
+        "--minutes",
+        type=number(float, above=0),
+        default=20.0,
+        help="wall-time cap for both models",
+    )
+    fit.add_argument("--threads", type=number(at_least=1), default=2, help="torch CPU threads")
     fit.add_argument("--device", help="cpu or cuda (default: cuda when present)")
     fit.set_defaults(func=_train)
 
@@ -215,20 +232,34 @@ def parser() -> argparse.ArgumentParser:
         description="Train the byte-level BPE (specials <|bos|> <|eos|> <|pad|> = ids "
         "0, 1, 2) on FILES, sorted by name; see engram/assets/README.md.",
     )
-    train.add_argument("files", nargs="+", type=Path, help="training text files")
-    train.add_argument("--out", required=True, type=Path, help="tokenizer.json to write")
-    train.add_argument("--vocab-size", type=int, default=2000)
+    train.add_argument("files", nargs="+", type=existing_file, help="training text files")
+    train.add_argument("--out", required=True, type=output_file, help="tokenizer.json to write")
+    train.add_argument(
+        "--vocab-size",
+        type=number(at_least=259),
+        default=2000,
+        help="tokens in the vocabulary (the 256 bytes and 3 specials at least)",
+    )
     train.set_defaults(func=_train_tokenizer)
     return top
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+# The build options that only --random uses (BuildOptions' fields).
+_RANDOM_OPTIONS = (
+    "seed",
+    "num_hidden_layers",
+    "engram_layer_ids",
+    "engram_variant",
+    "engram_vocab_size",
+    "engram_max_ngram_size",
+    "engram_n_heads",
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    try:
-        args.func(args)
-    except EngramError as exc:
-        sys.exit(f"error: {exc}")
+    return run(lambda: args.func(args), args)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -145,7 +145,12 @@ class TinyEngramConfig:
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path) -> TinyEngramConfig:
-        path = Path(model_dir) / "config.json"
-        if not path.is_file():
-            raise EngramConfigError(f"{model_dir} has no config.json")
-        return cls.from_dict(json.loads(path.read_text()))
+        from engram.model.directory import read_config
+
+        cfg = read_config(model_dir)
+        try:
+            return cls.from_dict(cfg)
+        except EngramConfigError:
+            raise
+        except (TypeError, ValueError) as exc:  # NOTE: a field of the wrong type
+            raise EngramConfigError(f"{model_dir}/config.json: {exc}") from None

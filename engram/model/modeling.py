@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from engram.errors import EngramConfigError, EngramInputError
 from engram.hashing import NgramHasher
 from engram.model.config import TinyEngramConfig
+from engram.model.directory import model_file
 from engram.model.layers import MLP, Attention, LayerCache, RMSNorm
 from engram.model.tokenizer import load_tokenizer
 from engram.module import EngramState, make_engram
@@ -117,14 +118,27 @@ class TinyEngramModel(nn.Module):
         model_dir = Path(model_dir)
         cfg = TinyEngramConfig.from_pretrained(model_dir)
         token_map, _ = build_token_map(load_tokenizer(model_dir))
-        with safe_open(str(model_dir / WEIGHTS_FILE), framework="pt") as f:
-            tables = {
-                layer: _open_table(f, cfg, layer, placement, ssd_dir, device)
-                for layer in cfg.engram_layer_ids
-            }
-            model = cls(cfg, tables, token_map)
-            dense = {k: f.get_tensor(k) for k in f.keys() if ".engram.embed." not in k}
-        model.load_state_dict(dense, strict=True)
+        weights = model_file(model_dir, WEIGHTS_FILE)
+        try:
+            with safe_open(str(weights), framework="pt") as f:
+                tables = {
+                    layer: _open_table(f, cfg, layer, placement, ssd_dir, device)
+                    for layer in cfg.engram_layer_ids
+                }
+                model = cls(cfg, tables, token_map)
+                dense = {k: f.get_tensor(k) for k in f.keys() if ".engram.embed." not in k}
+        except SafetensorError as exc:  # NOTE: a damaged file, or a tensor missing from it
+            raise EngramConfigError(
+                f"{weights} cannot be read ({exc}); rebuild the model"
+            ) from None
+        try:
+            model.load_state_dict(dense, strict=True)
+        except RuntimeError as exc:  # NOTE: tensors of other names or shapes than config.json's
+            last = str(exc).strip().splitlines()[-1].strip()
+            raise EngramConfigError(
+                f"{weights} does not match {model_dir}/config.json ({last}); rebuild the "
+                "model or fix config.json"
+            ) from None
         return model.to(device).eval()
 
     def new_state(self) -> DecodeState:

@@ -66,7 +66,10 @@ def load_tokenizer(model_dir: str | Path) -> Any:
     """The ``tokenizers.Tokenizer`` of a model directory (no transformers import)."""
     from tokenizers import Tokenizer
 
-    path = Path(model_dir) / "tokenizer.json"
-    if not path.is_file():
-        raise EngramConfigError(f"{model_dir} has no tokenizer.json")
-    return Tokenizer.from_file(str(path))
+    from engram.model.directory import model_file
+
+    path = model_file(model_dir, "tokenizer.json")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exceptions
+        raise EngramConfigError(f"{path} is not a tokenizer ({exc})") from None

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engram.errors import EngramTableError
+from engram.errors import EngramRunError, EngramTableError
 from engram.files import GIB, MIB, atomic_write, fsync_dir
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES, TableLayout
 from engram.ssd.manifest import DATA_FILE, MANIFEST, TableManifest
@@ -65,7 +65,7 @@ def write_table(
         _truncate_quietly(fd, len(crcs) * layout.chunk_bytes)
         left = layout.file_bytes - len(crcs) * layout.chunk_bytes
         what = "a file size limit was reached" if err.errno == errno.EFBIG else "the disk filled"
-        raise EngramTableError(
+        raise EngramRunError(
             f"{what} while writing {data} ({os.strerror(err.errno)}): {len(crcs)} of "
             f"{layout.num_chunks} chunks are written and kept; make room for "
             f"{left / MIB:,.1f} MiB more and run again to resume"
@@ -119,7 +119,7 @@ def require_space(directory: Path, needed: int) -> str:
     free = shutil.disk_usage(probe).free
     line = f"needs {needed / GIB:.2f} GiB ({needed:,} bytes), {free / GIB:.2f} GiB free on {probe}"
     if needed > free:
-        raise EngramTableError(f"not enough disk space for the SSD tables: {line}")
+        raise EngramRunError(f"not enough disk space for the SSD tables: {line}")
     return line
 
 

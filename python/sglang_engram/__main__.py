@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 
+from engram.cli import Parser, run
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+
+def parser() -> Parser:
+    top = Parser(
         prog="python -m sglang_engram",
         description="Tools of the sglang-engram plugin (clusters: python -m "
         "sglang_engram.cluster).",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = top.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser(
         "doctor",
         help="Report the SGLang version, which hooks applied, the GPU and its "
@@ -26,14 +27,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip applying the hooks (they import SGLang's model code, which is slow)",
     )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    from sglang_engram.doctor import collect, render
+    return top
 
-    report = collect(apply_hooks=not args.no_hooks)
-    print(json.dumps(report, indent=2) if args.json else render(report))
-    failed = any(s.startswith("failed") for s in report["hooks"].values())
-    return 1 if failed else 0
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+
+    def body() -> int:
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        # NOTE: the report says which sgl_kernel this machine gets; its log line would
+        # only repeat that on stderr.
+        logging.getLogger("sglang_engram.kernel_standin").setLevel(logging.ERROR)
+        from sglang_engram.doctor import collect, render
+
+        report = collect(apply_hooks=not args.no_hooks)
+        print(json.dumps(report, indent=2) if args.json else render(report))
+        failed = any(s.startswith("failed") for s in report["hooks"].values())
+        return 1 if failed else 0
+
+    return run(body, args)
 
 
 if __name__ == "__main__":

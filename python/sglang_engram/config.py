@@ -25,6 +25,7 @@ ENV_VAR = "SGLANG_ENGRAM_CONFIG"
 SERVER_ARGS_ATTR = "_engram_config"
 
 DEFAULT_OFFLOAD = "dram"
+DEFAULT_RAM_CACHE_GB = 4.0
 ROLES = ("null", "prefill", "decode")
 # which code serves a model's Engram tables (startup log, doctor)
 UPSTREAM_IMPLEMENTATION = "upstream SGLang's EngramEmbedding"
@@ -39,7 +40,8 @@ class EngramServerConfig:
     ssd_dir: str | None = None
     prefetch: bool = True
     hot_cache_gb: float = 0.0
-    ram_cache_gb: float = 4.0
+    # None: not given (the ssd placement then uses DEFAULT_RAM_CACHE_GB).
+    ram_cache_gb: float | None = None
     # SGLang's --disaggregation-mode: "null" (single server), "prefill" or "decode".
     role: str = "null"
     # True when --engram-offload was given on the command line (not the default).
@@ -56,7 +58,11 @@ class EngramServerConfig:
 
     @property
     def ram_cache_bytes(self) -> int:
-        return int(self.ram_cache_gb * GIB)
+        return int(self.ram_cache_gb_or_default * GIB)
+
+    @property
+    def ram_cache_gb_or_default(self) -> float:
+        return DEFAULT_RAM_CACHE_GB if self.ram_cache_gb is None else self.ram_cache_gb
 
     @property
     def upstream_serves_dsv4(self) -> bool:
@@ -79,7 +85,7 @@ class EngramServerConfig:
     def describe(self) -> str:
         extra = []
         if self.offload == "ssd":
-            extra.append(f"dir={self.ssd_dir} ram_cache={self.ram_cache_gb:g} GiB")
+            extra.append(f"dir={self.ssd_dir} ram_cache={self.ram_cache_gb_or_default:g} GiB")
         if self.offload in ("dram", "ssd") and self.hot_cache_gb:
             extra.append(f"hot_cache={self.hot_cache_gb:g} GiB")
         if self.enabled:

@@ -187,11 +187,13 @@ def render(report: dict[str, Any]) -> str:
     else:
         lines.append(f"GPU: none ({gpu['why']})")
     host = report["host_memory"]
+    # NOTE: two kinds of huge pages: transparent ones (THP, what dram tables get by
+    # default) and the reserved hugetlbfs pool (vm.nr_hugepages), often empty.
     lines.append(
         f"host memory: {host['total_gib']} GiB ({host['available_gib']} GiB available); "
-        f"huge pages {host['hugepages_free']}/{host['hugepages_total']} free of "
-        f"{host['hugepage_size_kib']} KiB; THP {host['transparent_hugepages']}; "
-        f"/dev/shm {host.get('dev_shm_gib', '?')} GiB"
+        f"transparent huge pages (THP): {host['transparent_hugepages']}; hugetlbfs pool: "
+        f"{host['hugepages_free']} of {host['hugepages_total']} pages free "
+        f"({host['hugepage_size_kib']} KiB each); /dev/shm {host.get('dev_shm_gib', '?')} GiB"
     )
     lines += rocm_checks.render(report["host_tables"])
     lines += [f"advice: {note}" for note in report["advice"]] or ["advice: none"]

@@ -12,7 +12,7 @@ import argparse
 import logging
 from typing import Any
 
-from sglang_engram.config import DEFAULT_OFFLOAD, EngramServerConfig
+from sglang_engram.config import DEFAULT_OFFLOAD, DEFAULT_RAM_CACHE_GB, EngramServerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -84,15 +84,18 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="N",
         help="GiB of device memory (per GPU, shared by its Engram tables) caching hot rows "
-        "in front of dram or ssd tables (0 = none).",
+        "in front of dram or ssd tables (default 0 = none).",
     )
+    # NOTE: plain float types: SGLang's parser would print its whole usage for a bad value;
+    # validation.check_startup refuses negative ones in one line. None = not given, so
+    # that giving the RAM cache with another placement than ssd warns.
     group.add_argument(
         "--engram-ram-cache-gb",
         type=float,
-        default=4.0,
+        default=None,
         metavar="N",
         help="GiB of host memory (per GPU, shared by its Engram tables) caching rows of the "
-        "ssd placement.",
+        f"ssd placement (default {DEFAULT_RAM_CACHE_GB:g}; ssd only).",
     )
 
 
@@ -104,10 +107,14 @@ def config_from_namespace(args: argparse.Namespace) -> EngramServerConfig:
         ssd_dir=getattr(args, "engram_ssd_dir", None),
         prefetch=bool(getattr(args, "engram_prefetch", True)),
         hot_cache_gb=float(getattr(args, "engram_hot_cache_gb", 0.0) or 0.0),
-        ram_cache_gb=float(getattr(args, "engram_ram_cache_gb", 4.0) or 0.0),
+        ram_cache_gb=_given_float(getattr(args, "engram_ram_cache_gb", None)),
         role=str(getattr(args, "disaggregation_mode", None) or "null"),
         offload_explicit=offload is not None,
     )
+
+
+def _given_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 # ---- hooks (registered in hooks.py) -----------------------------------------------------

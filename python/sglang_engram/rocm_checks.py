@@ -4,7 +4,8 @@
   migrates or collapses their pages (``VM_L2_PROTECTION_FAULT``); ``HSA_XNACK=0`` is immune.
 - The device address of registered host memory: on HIP it can differ from the host
   address, and kernels must use the device one (``engram_kernels.host_memory`` does).
-- Huge pages: a fresh host buffer, touched, is read back from ``/proc/self/smaps``.
+- Huge pages: a fresh host buffer, allocated as a dram table is and touched, is read back
+  from ``/proc/self/smaps`` (transparent huge pages, or hugetlbfs pages if it got those).
 
 Each check uses the kernels' own helpers (``engram_kernels.gpu_runtime``,
 ``engram_kernels.hugepages``); none of them changes anything on the machine.
@@ -74,7 +75,7 @@ def huge_pages() -> dict[str, Any]:
     ok = fraction is not None and fraction >= MIN_HUGE_FRACTION
     advice = None
     if not ok:
-        seen = "unknown (no smaps)" if fraction is None else f"{fraction:.0%}"
+        seen = "unknown (no smaps)" if fraction is None else f"only {fraction:.0%}"
         advice = f"huge pages back {seen} of a fresh host buffer: {FIX_HINT}"
     return {"fraction": fraction, "ok": ok, "advice": advice}
 
@@ -87,6 +88,7 @@ def collect() -> dict[str, Any]:
     rocm = torch.version.hip is not None
     report: dict[str, Any] = {
         "rocm": rocm,
+        "gpu": torch.cuda.is_available(),
         "xnack": xnack(rocm),
         "device_address": device_address(),
         "huge_pages": huge_pages(),
@@ -113,8 +115,12 @@ def render(report: dict[str, Any]) -> list[str]:
     fraction = report["huge_pages"]["fraction"]
     huge = "unknown" if fraction is None else f"{fraction:.0%}"
     xn = report["xnack"]["value"]
-    xnack_text = f"HSA_XNACK={xn if xn is not None else 'unset'}" if report["rocm"] else "n/a (CUDA)"
+    if report["rocm"]:
+        xnack_text = f"HSA_XNACK={xn if xn is not None else 'unset'}"
+    else:
+        xnack_text = "n/a (CUDA)" if report.get("gpu") else "not checked (no GPU)"
     return [
         f"host tables: XNACK {xnack_text}; registered host memory: {where}; "
-        f"huge pages back {huge} of a fresh host buffer"
+        f"a fresh {PROBE_BYTES >> 20} MiB host buffer (allocated as dram tables are) is "
+        f"{huge} on huge pages"
     ]

@@ -6,8 +6,10 @@ value and the fix; things that still allow serving log one warning.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.errors import EngramConfigError, EngramError
-from engram.files import GIB
+from engram.files import GIB, nearest_existing
 from engram.spec import EngramSpec, has_engram
 from sglang_engram.config import EngramServerConfig
 
@@ -71,6 +73,12 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
         check_ssd_dir(config.ssd_dir, spec, model_path, sharded)
     elif config.ssd_dir:
         logger.warning("--engram-ssd-dir is ignored with --engram-offload %s", config.offload)
+    if config.ram_cache_gb is not None and config.offload != "ssd":
+        logger.warning(
+            "--engram-ram-cache-gb is ignored with --engram-offload %s (it caches rows of "
+            "ssd tables only)",
+            config.offload,
+        )
     if config.hot_cache_gb and config.offload not in ("dram", "ssd"):
         logger.warning(
             "--engram-hot-cache-gb is ignored with --engram-offload %s (it caches rows "
@@ -88,7 +96,7 @@ def _check_numbers(config: EngramServerConfig) -> None:
         ("--engram-hot-cache-gb", config.hot_cache_gb),
         ("--engram-ram-cache-gb", config.ram_cache_gb),
     ):
-        if value < 0:
+        if value is not None and not (math.isfinite(value) and value >= 0):
             raise EngramStartupError(f"{flag} must be >= 0, got {value:g}")
 
 
@@ -146,9 +154,14 @@ def check_ssd_dir(
     path = Path(ssd_dir)
     if path.exists() and not path.is_dir():
         raise EngramStartupError(f"--engram-ssd-dir {ssd_dir} exists and is not a directory")
+    # NOTE: the write test goes to the directory, or to the closest folder that exists
+    # (where it would be created): nothing is created here, so a start that fails
+    # later leaves no empty directory behind. The tables create it when they convert.
+    base = nearest_existing(path)
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".engram-write-test"):
+        if not base.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{base} is a file")
+        with tempfile.NamedTemporaryFile(dir=base, prefix=".engram-write-test"):
             pass
     except OSError as exc:
         raise EngramStartupError(
@@ -165,7 +178,7 @@ def check_ssd_dir(
         needed, stale = space_needed(path, spec, model_path, tp_size)
     except EngramError as exc:
         raise EngramStartupError(str(exc)) from exc
-    free = shutil.disk_usage(path).free
+    free = shutil.disk_usage(base).free
     if needed > free + stale:
         freed = f" (+{stale / GIB:.2f} GiB of outdated tables it replaces)" if stale else ""
         raise EngramStartupError(

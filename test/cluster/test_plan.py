@@ -51,7 +51,10 @@ def test_plan_json_on_the_example(tmp_path):
     assert _after(p, "--disaggregation-bootstrap-port") == "8998"
     assert "--disaggregation-bootstrap-port" not in d
     assert (_after(p, "--engram-offload"), _after(d, "--engram-offload")) == ("hbm", "off")
-    assert _after(p, "--port") == "30000" and _after(p, "--model-path") == "/models/engram-tiny"
+    # NOTE: a relative model path that exists where plan runs is made absolute
+    model = Path("models/tiny-engram")
+    want = str(model.resolve()) if model.exists() else str(model)
+    assert _after(p, "--port") == "30000" and _after(p, "--model-path") == want
     assert prefill["log"] == str(tmp_path / "prefill-0.log")
     assert plan["router"]["url"] == f"http://{plan['router']['host']}:8000"
     r = plan["router"]["command"]
@@ -97,7 +100,7 @@ def test_cpu_plan_gives_workers_no_gpus_and_the_cpu_engine(tmp_path):
     assert "  prefill-0: SGLANG_USE_CPU_ENGINE=1 " in text and " --device cpu " in text
     # --num-gpus means nothing for a CPU spec: said so, not ignored.
     out = _cli("plan", str(CPU_EXAMPLE), "--num-gpus", "2")
-    assert out.returncode == 1 and out.stderr == (
+    assert out.returncode == 2 and out.stderr == (
         "error: --num-gpus is for device gpu; a device cpu spec uses no GPUs\n"
     )
 
@@ -131,16 +134,16 @@ def test_plan_reports_bad_specs_and_missing_gpus(tmp_path):
         )
     )
     out = _cli("plan", str(bad), "--num-gpus", "8")
-    assert out.returncode == 1 and out.stdout == ""
+    assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == (
         f"error: {bad}: workers[0]: gpus_per_worker 1 is less than tp_size 2; a TP-2 "
         "server needs at least 2 GPUs"
     )
     out = _cli("plan", str(EXAMPLE), "--num-gpus", "1")
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert "the spec needs 2 GPUs in all, but the cluster has 1" in out.stderr
     out = _cli("plan", str(EXAMPLE), env={"CUDA_VISIBLE_DEVICES": ""})
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert "this host has no GPU that Ray would see; pass --num-gpus N" in out.stderr
 
 

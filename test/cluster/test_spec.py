@@ -119,6 +119,21 @@ def test_unknown_keys_are_named_with_a_suggestion():
     assert "\n" not in msg
 
 
+def test_a_typo_of_a_required_key_names_the_typo_and_the_missing_key():
+    data = _spec(transfer_backnd="nixl")
+    del data["transfer_backend"]
+    assert _error(data) == (
+        "spec: transfer_backnd: unknown key (did you mean 'transfer_backend'? it is required "
+        "and missing); allowed keys: name, model, device, transfer_backend, workers, router, "
+        "base_port, bootstrap_base_port, restart, log_dir"
+    )
+    data = _group(0, rol="prefill")
+    del data["workers"][0]["role"]
+    assert _error(data).startswith(
+        "spec: workers[0].rol: unknown key (did you mean 'role'? it is required and missing)"
+    )
+
+
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
@@ -227,7 +242,7 @@ def test_overlapping_ports_are_refused():
     assert "worker ports 8000-8001 overlap router port 8001" in msg
     msg = _error(_spec(bootstrap_base_port=30001))
     assert "worker ports 30000-30001 overlap bootstrap ports 30001" in msg
-    assert "fall outside 1-65535" in _error(_spec(base_port=65535))
+    assert "worker ports must lie in 1-65535, not 65535-65536" in _error(_spec(base_port=65535))
 
 
 def test_unreadable_and_malformed_files(tmp_path):

@@ -4,11 +4,14 @@ dominance shares, tokens per dollar, host-DRAM pricing, unknown SKUs and the cha
 from __future__ import annotations
 
 import json
+import os
 import random
+import stat
 from pathlib import Path
 
 import pytest
 from sglang_engram.compare.__main__ import main
+from sglang_engram.compare.costs import load_costs
 from sglang_engram.compare.results import append_result
 
 GIB = 1 << 30
@@ -59,7 +62,9 @@ def test_report_numbers(tmp_path: Path, results: list[Path]) -> None:
     dram, ssd, mi = (s["groups"][g] for g in ("H200/dram", "H200/ssd", "MI355X/dram"))
     assert (dram["points"], dram["failed"], ssd["points"], mi["points"]) == (4, 1, 3, 1)
 
-    front = [(p["interactivity"], p["tput_per_gpu"], p["max_concurrency"]) for p in dram["frontier"]]
+    front = [
+        (p["interactivity"], p["tput_per_gpu"], p["max_concurrency"]) for p in dram["frontier"]
+    ]
     assert front == [(50.0, 6000.0, 16), (125.0, 3000.0, 4), (200.0, 1000.0, 1)]
     assert [p["max_concurrency"] for p in ssd["frontier"]] == [16, 4, 1]
 
@@ -122,3 +127,36 @@ def test_unknown_sku_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFi
     assert len(err.splitlines()) == 1
     assert "X9000" in err and "costs.yaml" in err and "--costs" in err
     assert not (tmp_path / "rep" / "summary.json").exists()
+
+
+def test_groups_whose_ranges_miss_a_target_are_named(
+    tmp_path: Path, results: list[Path], capsys: pytest.CaptureFixture
+) -> None:
+    # MI355X/dram has one point (125 tok/s/user): at 100 it has no value, so no ratio.
+    out = tmp_path / "rep"
+    assert main(["report", *map(str, results), "--out", str(out), "--at", "100"]) == 0
+    note = (
+        "No value at 100 tok/s/user, so no ratios with: MI355X/dram (measured 125.0-125.0). "
+        "Their interactivity ranges do not reach it: choose --at inside them, or sweep more "
+        "concurrencies."
+    )
+    assert note in (out / "report.md").read_text()
+    assert f"note: {note}" in capsys.readouterr().out.splitlines()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["groups"]["MI355X/dram"]["interactivity_range"] == [125.0, 125.0]
+    assert not [r for r in s["ratios"] if "MI355X/dram" in (r["a"], r["b"]) and r["tput_per_gpu"]]
+
+
+def test_report_files_are_readable_by_others(tmp_path: Path, results: list[Path]) -> None:
+    old = os.umask(0o022)
+    try:
+        assert main(["report", *map(str, results), "--out", str(tmp_path / "rep")]) == 0
+    finally:
+        os.umask(old)
+    for name in ("report.md", "summary.json", "tput_per_gpu.png", "tokens_per_dollar.png"):
+        assert stat.S_IMODE((tmp_path / "rep" / name).stat().st_mode) == 0o644, name
+
+
+def test_shipped_costs_cite_a_public_source() -> None:
+    costs = load_costs()
+    assert "InferenceX" in costs.source and "notes" not in costs.source

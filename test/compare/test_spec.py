@@ -4,6 +4,7 @@ benchmark arguments each workload becomes."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,11 @@ def test_examples_load(name: str) -> None:
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        ({"concurency": [1]}, ["concurency", "Extra inputs"]),
+        ({"concurency": [1]}, ["concurency", "did you mean 'concurrency'"]),
+        ({"configs": [{"name": "r", "url": "http://h:1", "num_gpus": 1, "placement": "nvme"}]},
+         ["configs[r].placement", "'hbm', 'dram', 'ssd' or 'off', not 'nvme'"]),
+        ({"configs": [{"name": "a", "launch": {"engram_offlod": "dram"}}]},
+         ["configs[a].launch.engram_offlod", "did you mean 'engram_offload'"]),
         ({"configs": [{"name": "x", "launch": {}, "url": "http://h:1"}]}, ["configs[x]", "exactly one"]),
         ({"configs": [{"name": "r", "url": "http://h:1"}]}, ["configs[r]", "num_gpus"]),
         ({"configs": [{"name": "s", "launch": {"engram_offload": "ssd"}}]}, ["configs[s]", "engram_ssd_dir"]),
@@ -91,3 +96,25 @@ def test_multi_turn_workload_arguments(tmp_path: Path) -> None:
     assert opts["--gsp-num-groups"] == "14"  # ceil(40 sessions / 3 per prefix)
     assert opts["--tokenizer"] == "/tok"
     assert expected_requests(spec, 4) == 14 * 3 * 4
+
+
+def _values(node: object, keys: set[str]) -> list[object]:
+    """Every value of one of ``keys`` anywhere in a YAML tree."""
+    if isinstance(node, dict):
+        found = [v for k, v in node.items() if k in keys]
+        return found + [x for v in node.values() for x in _values(v, keys)]
+    if isinstance(node, list):
+        return [x for v in node for x in _values(v, keys)]
+    return []
+
+
+def test_examples_name_the_model_serve_sh_builds_and_quote_off() -> None:
+    serve = (EXAMPLES.parent / "scripts" / "serve.sh").read_text()
+    model = re.search(r"ENGRAM_MODEL_DIR:-([^}]+)\}", serve)[1]
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        assert set(_values(data, {"model"})) == {model}, path.name
+        # NOTE: a bare `off` is YAML's false; the schemas take it, but the examples show
+        # the spelling that means the same to every YAML reader.
+        placements = _values(data, {"engram_offload", "placement"})
+        assert placements and all(isinstance(p, str) for p in placements), path.name

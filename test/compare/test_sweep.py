@@ -149,3 +149,34 @@ def test_dying_server_is_recorded_and_sweep_goes_on(tmp_path, tokenizer_dir, off
     assert rows["healthy"]["status"] == "ok" and rows["healthy"]["placement"] == "hbm"
     broken = [ln for ln in err.splitlines() if "broken" in ln and ln.startswith("error:")]
     assert len(broken) == 1 and "could not start" in broken[0]
+
+
+def test_resume_runs_only_the_points_of_an_added_config(
+    tmp_path, tokenizer_dir, offline_env, standin
+) -> None:
+    from sglang_engram.compare.resume import spec_record
+    from sglang_engram.compare.spec import load_sweep_spec
+
+    url = standin(ttft_ms=10, itl_ms=5, engram_offload="dram")
+    old = {"name": "old", "url": url, "num_gpus": 1, "placement": "dram"}
+    out = tmp_path / "out"
+    out.mkdir()
+    # The run so far: config "old" measured (a hand-made point), as its spec.json says.
+    (out / "spec.json").write_text(
+        spec_record(load_sweep_spec(_spec(tmp_path, tokenizer_dir, [old])))
+    )
+    recorded = {"config": "old", "max_concurrency": 2, "sku": "H200", "status": "ok",
+                "p90_tpot_ms": random.uniform(1, 9)}  # fmt: skip
+    (out / "results.jsonl").write_text(json.dumps(recorded) + "\n")
+    new = {**old, "name": "new", "placement": "hbm"}
+    spec = _spec(tmp_path, tokenizer_dir, [old, new])
+    proc = _sweep(spec, out, offline_env, "--resume")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "resuming: 1 points already recorded, 1 to run" in err
+    first, added = read_results(out / "results.jsonl")
+    assert first == recorded and added["config"] == "new" and added["status"] == "ok"
+    assert [c["name"] for c in json.loads((out / "spec.json").read_text())["configs"]] == [
+        "old",
+        "new",
+    ]

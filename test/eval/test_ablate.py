@@ -4,10 +4,12 @@ placement, bad input gets one clear line."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
+from engram.errors import EngramInputError
 from engram.eval import REGIMES, Sample, SampleOptions, ablate, make_samples
 from engram.eval.__main__ import main
 from engram.eval.ablate import score_sample
@@ -66,9 +68,10 @@ def test_teacher_forced_regime_is_what_a_pd_deployment_decodes(tiny):
     sample = _samples(tiny.config, 1)[0]
     p, c = len(sample.prompt), len(sample.continuation)
     state = tiny.new_state()
-    split = torch.cat([tiny.forward(sample.prompt, state, True)] + [
-        tiny.forward([t], state, False) for t in sample.continuation
-    ])
+    split = torch.cat(
+        [tiny.forward(sample.prompt, state, True)]
+        + [tiny.forward([t], state, False) for t in sample.continuation]
+    )
     one_pass = tiny.forward(sample.ids, None, REGIMES["prefill_only"].mask(p, c))
     torch.testing.assert_close(split, one_pass, atol=0.05, rtol=0.02)
 
@@ -87,10 +90,29 @@ def test_cli_writes_the_table_and_json(tiny_dir, tmp_path, capsys):
     data = tmp_path / "doc.py"
     data.write_text("import os\n\n\ndef main():\n    print(os.getcwd())\n" * 10)
     out = tmp_path / "ablate.json"
-    main(["ablate", "--model", str(tiny_dir), "--data", str(data), "--max-samples", "3",
-          "--seq-len", "32", "--k", "4", "--json", str(out)])
-    printed = capsys.readouterr().out
+    main(
+        [
+            "ablate",
+            "--model",
+            str(tiny_dir),
+            "--data",
+            str(data),
+            "--max-samples",
+            "3",
+            "--seq-len",
+            "32",
+            "--k",
+            "4",
+            "--json",
+            str(out),
+        ]
+    )
+    captured = capsys.readouterr()
+    printed = captured.out
     result = json.loads(out.read_text())
+    # The progress bar on stderr counts regimes x samples (plain lines off a terminal).
+    steps = len(REGIMES) * 3
+    assert "ablate: 100%" in captured.err and f"{steps}/{steps}" in captured.err
     assert set(result["regimes"]) == set(REGIMES)
     for name, score in result["regimes"].items():
         assert set(score) == {"bits_per_token", "exact_match"} and score["bits_per_token"] > 0
@@ -98,21 +120,27 @@ def test_cli_writes_the_table_and_json(tiny_dir, tmp_path, capsys):
     assert result["tokens"] > 0 and result["samples"] == 3
 
 
-@pytest.mark.parametrize("frac", ["0", "1", "1.5", "-0.2"])
-def test_prompt_frac_outside_the_open_interval_is_named(tiny_dir, frac):
-    with pytest.raises(SystemExit, match=r"^error: --prompt-frac must be inside \(0, 1\)"):
+@pytest.mark.parametrize("frac", ["0", "1", "1.5", "-0.2", "nan"])
+def test_prompt_frac_outside_the_open_interval_is_named(tiny_dir, frac, capsys):
+    with pytest.raises(SystemExit) as exc:
         main(["ablate", "--model", str(tiny_dir), "--prompt-frac", frac])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        f"error: argument --prompt-frac: must be a number > 0 and < 1, not {frac!r}; see "
+        "python -m engram.eval ablate --help\n"
+    )
+    with pytest.raises(EngramInputError, match=r"^--prompt-frac must be inside \(0, 1\)"):
+        SampleOptions(prompt_frac=float(frac))  # the library checks it too
 
 
-def test_model_without_engram_layers_is_named(tmp_path):
+def test_model_without_engram_layers_is_named(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
-    with pytest.raises(SystemExit, match=r"^error: .* has no Engram layers"):
-        main(["ablate", "--model", str(tmp_path)])
-    with pytest.raises(SystemExit, match=r"^error: .* has no Engram layers"):
-        main(["gate-scan", "--model", str(tmp_path)])
+    for command in ("ablate", "gate-scan"):
+        assert main([command, "--model", str(tmp_path)]) == 2
+        assert re.match(r"^error: .* has no Engram layers", capsys.readouterr().err)
 
 
-def test_corpus_that_tokenizes_to_nothing_is_named(tiny_dir, tmp_path):
+def test_corpus_that_tokenizes_to_nothing_is_named(tiny_dir, tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("")
-    with pytest.raises(SystemExit, match=r"^error: the data tokenizes to nothing"):
-        main(["ablate", "--model", str(tiny_dir), "--data", str(tmp_path / "empty.txt")])
+    assert main(["ablate", "--model", str(tiny_dir), "--data", str(tmp_path / "empty.txt")]) == 2
+    assert capsys.readouterr().err.startswith("error: the data tokenizes to nothing")

@@ -15,8 +15,9 @@ from engram.module import v41_gate_values
 def _segments(cfg, n: int = 3) -> list[list[int]]:
     # NOTE: a two-token alphabet makes n-grams repeat, so groups hold several positions.
     alphabet = torch.randperm(cfg.vocab_size - 3)[:2] + 3
-    return [alphabet[torch.randint(0, 2, (int(torch.randint(10, 40, ())),))].tolist()
-            for _ in range(n)]
+    return [
+        alphabet[torch.randint(0, 2, (int(torch.randint(10, 40, ())),))].tolist() for _ in range(n)
+    ]
 
 
 def test_counts_add_up_to_the_positions_scanned(tiny, tokenizer):
@@ -62,10 +63,25 @@ def test_cli_lists_the_strongest_ngrams(tiny_dir, tmp_path, capsys):
     data = tmp_path / "doc.py"
     data.write_text("for i in range(10):\n    total += i\n" * 30)
     out = tmp_path / "scan.json"
-    main(["gate-scan", "--model", str(tiny_dir), "--data", str(data), "--top", "3",
-          "--min-count", "2", "--json", str(out)])
+    main(
+        [
+            "gate-scan",
+            "--model",
+            str(tiny_dir),
+            "--data",
+            str(data),
+            "--top",
+            "3",
+            "--min-count",
+            "2",
+            "--json",
+            str(out),
+        ]
+    )
     result = json.loads(out.read_text())
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "gate-scan: 100%" in captured.err  # the progress bar, one line per redraw
     assert result["positions"] > 0 and f"{result['positions']} positions" in printed
     for rows in result["layers"].values():
         assert 0 < len(rows) <= 3

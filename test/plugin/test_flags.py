@@ -177,3 +177,10 @@ def test_bad_flags_stop_the_launch_with_one_line(parse, model_dir):
     with pytest.raises(SystemExit) as exc:
         parse(["--model-path", model_dir, "--engram-hot-cache-gb", "-1"])
     assert str(exc.value) == "sglang-engram: error: --engram-hot-cache-gb must be >= 0, got -1"
+    for value in ("nan", "inf"):  # int(inf * GIB) would crash the table open
+        with pytest.raises(SystemExit) as exc:
+            parse(["--model-path", model_dir, "--engram-ram-cache-gb", value])
+        assert (
+            str(exc.value)
+            == f"sglang-engram: error: --engram-ram-cache-gb must be >= 0, got {value}"
+        )

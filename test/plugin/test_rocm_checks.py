@@ -42,6 +42,22 @@ def test_doctor_reports_host_tables() -> None:
     assert "host tables: XNACK" in doctor.render(report)
 
 
+def test_doctor_names_both_kinds_of_huge_pages_and_the_missing_gpu() -> None:
+    report = doctor.collect(apply_hooks=False)
+    text = doctor.render(report)
+    host = report["host_memory"]
+    # The reserved hugetlbfs pool and transparent huge pages are told apart: a machine
+    # with an empty pool and THP on shows both, without contradicting itself.
+    assert f"transparent huge pages (THP): {host['transparent_hugepages']}" in text
+    assert (
+        f"hugetlbfs pool: {host['hugepages_free']} of {host['hugepages_total']} pages free" in text
+    )
+    assert "huge pages 0/0" not in text
+    gpu = report["host_tables"]["gpu"]
+    assert ("XNACK not checked (no GPU)" in text) is (not gpu)
+    assert ("n/a (CUDA)" in text) is (gpu and not report["host_tables"]["rocm"])
+
+
 @pytest.mark.gpu
 def test_registered_host_memory_has_a_device_address() -> None:
     result = rocm_checks.device_address()

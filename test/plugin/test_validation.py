@@ -66,11 +66,28 @@ def test_ssd_directory_too_small_says_how_much_is_needed(tmp_path):
     assert needed in str(exc.value) and "GiB free" in str(exc.value)
 
 
-def test_ssd_directory_with_room_passes(model_dir, tmp_path):
-    check_startup(
-        EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "ssd")), model_path=model_dir
+def test_ssd_directory_with_room_passes_and_is_not_created(model_dir, tmp_path):
+    # Nothing is created before the server starts: a start that fails later (SGLang's own
+    # checks, a missing GPU) must not leave an empty directory behind.
+    target = tmp_path / "new" / "ssd"
+    check_startup(EngramServerConfig(offload="ssd", ssd_dir=str(target)), model_path=model_dir)
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny"]  # no write-test file left
+
+
+@pytest.mark.parametrize("offload", ["hbm", "dram", "off"])
+def test_ram_cache_with_another_placement_warns_in_one_line(model_dir, caplog, offload):
+    with caplog.at_level(logging.WARNING):
+        check_startup(EngramServerConfig(offload=offload, ram_cache_gb=2.0), model_path=model_dir)
+    [warning] = [r.getMessage() for r in caplog.records if "ram-cache" in r.getMessage()]
+    assert warning == (
+        f"--engram-ram-cache-gb is ignored with --engram-offload {offload} (it caches rows "
+        "of ssd tables only)"
     )
-    assert (tmp_path / "ssd").is_dir()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # not given: the default says nothing
+        check_startup(EngramServerConfig(offload=offload), model_path=model_dir)
+    assert "ram-cache" not in caplog.text
 
 
 def test_offload_on_a_model_without_engram_warns_once(tmp_path, caplog):

@@ -7,9 +7,9 @@ import importlib.util
 import json
 import os
 import signal
-import sys
 import time
 
+from engram.cli import Parser, RawDescriptionFormatter, number, run
 from sglang_engram.cluster.spec import ClusterError, ClusterSpecError, load_spec
 from sglang_engram.cluster.state import HOME_ENV, ClusterState
 
@@ -26,15 +26,16 @@ sglang-router in front splitting each request.
 `up` keeps its state and the logs in ${HOME_ENV}/<name>/ (default
 ~/.cache/sglang-engram/cluster/<name>/), so `status` and `down` work from any shell on the
 `up` host. `status` exits 0 when the cluster is healthy, starting or recovering, 2 when it
-is degraded, 1 when it is not found.
+is degraded, 1 when it is not found. Bad input (a spec, a flag) is one `error:` line and
+exit 2; a failure while starting or stopping is one `error:` line and exit 1.
 """
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m sglang_engram.cluster",
         description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="print the resolved plan without starting anything")
@@ -42,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start the cluster and supervise it until stopped")
     up.add_argument(
         "--timeout",
-        type=float,
+        type=number(float, above=0),
         default=1800.0,
         help="seconds to wait for the GPUs, the workers' /health and the router",
     )
@@ -54,7 +55,11 @@ def _parser() -> argparse.ArgumentParser:
             help="Ray cluster, HOST:PORT of its head (default $RAY_ADDRESS; without one, `up` "
             "starts a local Ray cluster that ends with it)",
         )
-        cmd.add_argument("--num-gpus", type=float, help="GPUs of this host without --address")
+        cmd.add_argument(
+            "--num-gpus",
+            type=number(at_least=1),
+            help="GPUs of this host without --address (default: the GPUs Ray would detect)",
+        )
         cmd.add_argument("--log-dir", help="log directory, the same path on every node")
     status = sub.add_parser("status", help="show the cluster's state")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -67,21 +72,23 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    try:
+
+    def body() -> int:
         missing = [
             package
             for module, package in (("ray", "Ray"), ("sglang_router", "sglang-router"))
             if not _importable(module)
         ]
         if missing:
-            raise ClusterSpecError(
+            raise ClusterError(
                 f"the cluster launcher needs {' and '.join(missing)}: "
                 "pip install 'sglang-engram[cluster]'"
             )
         return _COMMANDS[args.command](args)
-    except ClusterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+
+    # NOTE: a spec or flag at fault exits 2; anything else the cluster reports (Ray
+    # unreachable, a worker that cannot start, a cluster not found) is a failure, 1.
+    return run(body, args, usage=(ClusterSpecError,), runtime=(ClusterError,))
 
 
 def _importable(module: str) -> bool:

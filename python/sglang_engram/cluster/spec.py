@@ -7,8 +7,6 @@ choices (Engram off on a prefill worker, the fake transfer backend) become ``war
 
 from __future__ import annotations
 
-import difflib
-import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -16,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sglang_engram.config import DEFAULT_OFFLOAD
 from sglang_engram.flags import ENGRAM_FLAGS
+from sglang_engram.schema_errors import first_error
 from sglang_engram.yaml_file import read_mapping
 
 # NOTE: mirrors the plugin's --engram-offload choices (engram.tables.PLACEMENTS); kept
@@ -242,7 +241,7 @@ class ClusterSpec(_Model):
         ]
         for i, (a, ra) in enumerate(ranges):
             if ra.start < 1 or ra.stop - 1 > 65535:
-                raise ValueError(f"{a} {_span(ra)} fall outside 1-65535")
+                raise ValueError(f"{a} must lie in 1-65535, not {_span(ra)}")
             for b, rb in ranges[i + 1 :]:
                 if ra.start < rb.stop and rb.start < ra.stop:
                     raise ValueError(
@@ -288,33 +287,15 @@ def parse_spec(
 _MESSAGES = {
     "string_pattern_mismatch": "must use lowercase letters, digits and '-'",
     "too_short": "must not be empty",
-}
-_SECTIONS: dict[Any, type[BaseModel]] = {
-    "workers": WorkerGroup,
-    "router": RouterSpec,
-    "restart": RestartPolicy,
+    "tuple_type": "must be a list",
 }
 
 
 def _one_line(exc: ValidationError) -> str:
     """The first error as ``field: what is wrong``, e.g. ``workers[1].count: ...``."""
-    err, *more = exc.errors()
-    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-    msg = f"{_MESSAGES.get(err['type'], err['msg'])}, not {err.get('input')!r}"
-    if err["type"] == "extra_forbidden":
-        model = _SECTIONS.get(err["loc"][0], ClusterSpec) if len(err["loc"]) > 1 else ClusterSpec
-        close = difflib.get_close_matches(str(err["loc"][-1]), model.model_fields, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        msg = f"unknown key{hint}; allowed keys: {', '.join(model.model_fields)}"
-    elif err["type"] == "literal_error":
-        choices = re.findall(r"'([^']*)'", err["ctx"]["expected"])
-        close = difflib.get_close_matches(str(err.get("input")), choices, n=1)
-        msg += f" (did you mean '{close[0]}'?)" if close else ""
-    elif err["type"] == "missing":
-        msg = "required key is missing"
-    elif err["type"] == "value_error":
-        msg = err["msg"].removeprefix("Value error, ")
-    msg += f" (and {len(more)} more)" if more else ""
+    where, msg, more = first_error(exc, ClusterSpec, _MESSAGES)
+    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in where).lstrip(".")
+    msg += f" (and {more} more)" if more else ""
     return f"{loc}: {msg}" if loc else msg
 
 

@@ -13,7 +13,7 @@ from engram.files import atomic_write
 from sglang_engram.compare.costs import Costs
 from sglang_engram.compare.frontier import Point, dominated_share, frontier, value_at
 from sglang_engram.compare.plots import plot
-from sglang_engram.compare.results import read_results
+from sglang_engram.compare.results import ResultsError, check_measured, numbered_results
 
 # NOTE: dominance is judged per dollar, so groups on different SKUs compare fairly.
 DOMINANCE_AXIS = "tokens_per_dollar"
@@ -57,6 +57,8 @@ def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> 
         g["points"] = len(points)
         g["all_points"] = [p.as_dict() for p in points]
         g["frontier"] = [p.as_dict() for p in front]
+        xs = [p.interactivity for p in front]
+        g["interactivity_range"] = [min(xs), max(xs)] if xs else None
         g["at"] = {
             f"{x:g}": {
                 "tput_per_gpu": value_at(front, x, "tput_per_gpu"),
@@ -108,12 +110,15 @@ def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> 
 def write_report(
     results: list[str | Path], out: Path, costs: Costs, at: list[float], note: str | None = None
 ) -> dict[str, Any]:
-    rows = [row for path in results for row in read_results(path)]
+    rows = []
+    for path in results:
+        for line, row in numbered_results(path):
+            if row.get("status", "ok") == "ok":
+                check_measured(row, f"{path}:{line}")
+                costs.gpu_hour(row["sku"])  # NOTE: an unknown SKU fails before anything is written
+            rows.append(row)
     if not rows:
-        raise ValueError(f"no points in {', '.join(map(str, results))}")
-    for row in rows:
-        if row.get("status", "ok") == "ok":
-            costs.gpu_hour(row["sku"])  # NOTE: an unknown SKU fails before anything is written
+        raise ResultsError(f"no points in {', '.join(map(str, results))}")
     summary = build_summary(rows, costs, at)
     summary["inputs"] = [str(p) for p in results]
     summary["note"] = note
@@ -171,6 +176,8 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, Path]) -> str:
                 f"| {name} | {_num(v['tput_per_gpu'])} | {_num(v['tokens_per_dollar'], 1e-6)} |"
             )
         rs = [r for r in summary["ratios"] if r["at"] == x and r["tokens_per_dollar"]]
+        if gap := outside_notes(summary, x):
+            lines += ["", gap]
         if rs:
             lines += ["", "| A / B | tput/GPU | tokens/$ |", "|---|---|---|"]
             lines += [
@@ -204,6 +211,27 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, Path]) -> str:
         ]
     lines += ["", *(f"![{axis}]({path.name})" for axis, path in plots.items()), ""]
     return "\n".join(lines)
+
+
+def outside_notes(summary: dict[str, Any], x: float) -> str | None:
+    """Which groups have no value at interactivity ``x`` (their frontiers do not reach
+    it), so that the ratios with them are missing; None when every group has one."""
+    key = f"{x:g}"
+    out = []
+    for name, g in summary["groups"].items():
+        if g["at"][key]["tokens_per_dollar"] is not None:
+            continue
+        span = g.get("interactivity_range")
+        out.append(
+            f"{name} (measured {span[0]:.1f}-{span[1]:.1f})" if span else f"{name} (no point)"
+        )
+    if not out:
+        return None
+    return (
+        f"No value at {key} tok/s/user, so no ratios with: {'; '.join(out)}. Their "
+        "interactivity ranges do not reach it: choose --at inside them, or sweep more "
+        "concurrencies."
+    )
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

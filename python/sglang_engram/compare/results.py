@@ -8,11 +8,21 @@ which reading skips and ``--resume`` cuts (that point then runs again).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 RESULTS = "results.jsonl"
+# What every line holds, and the numbers a measured ("ok") point holds; each number is
+# finite and at least its minimum (a latency or throughput below 0 is no measurement).
+KEYS = ("config", "sku", "max_concurrency")
+MEASURED = {"num_gpus": 1, "total_throughput": 0.0, "p90_tpot_ms": 0.0}
+_FIX = "fix or delete that line"
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be used; the message names the file and the line."""
 
 
 def point_key(row: dict[str, Any]) -> tuple[str, int]:
@@ -21,19 +31,59 @@ def point_key(row: dict[str, Any]) -> tuple[str, int]:
 
 def read_results(path: str | Path) -> list[dict[str, Any]]:
     """Every complete line of a results file (a torn last line is skipped)."""
+    return [row for _, row in numbered_results(path)]
+
+
+def numbered_results(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, point)`` for every complete line, each with the keys a point has."""
     path = Path(path)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(
+            f"{path} is not a results file (byte {exc.start} is not UTF-8 text); give the "
+            "results.jsonl that compare sweep wrote"
+        ) from None
     rows = []
-    lines = path.read_text().splitlines()
+    lines = text.splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
-            if i == len(lines) - 1:
+            if i == len(lines) - 1 and not text.endswith("\n"):
                 continue  # NOTE: torn by a kill mid-write; that point runs again
-            raise ValueError(f"{path}:{i + 1}: not a JSON line") from None
+            raise ResultsError(f"{path}:{i + 1}: not a JSON line; {_FIX}") from None
+        where = f"{path}:{i + 1}"
+        if not isinstance(row, dict):
+            raise ResultsError(f"{where}: a point is a JSON object, not {type(row).__name__}")
+        if missing := [k for k in KEYS if k not in row]:
+            raise ResultsError(
+                f"{where}: the point has no {', '.join(map(repr, missing))} (every line of a "
+                f"results file has {', '.join(KEYS)}); {_FIX}"
+            )
+        rows.append((i + 1, row))
     return rows
+
+
+def check_measured(row: dict[str, Any], where: str) -> None:
+    """Refuse a measured point whose numbers no measurement gives (negative, NaN, inf)."""
+    for key, least in MEASURED.items():
+        value = row.get(key)
+        if value is None and key == "p90_tpot_ms":
+            continue  # NOTE: no TPOT at all: the point counts as failed
+        if key not in row:
+            raise ResultsError(f"{where}: the measured point has no {key!r}; {_FIX}")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        whole = isinstance(least, float) or (number and float(value).is_integer())
+        if not (number and math.isfinite(value) and value >= least and whole):
+            kind = "a whole number" if isinstance(least, int) else "a finite number"
+            raise ResultsError(
+                f"{where}: {key} is {value!r}, which no measurement gives (it is {kind} "
+                f">= {least:g}); {_FIX}"
+            )
 
 
 def append_result(path: str | Path, row: dict[str, Any]) -> None:

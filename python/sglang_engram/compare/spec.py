@@ -1,7 +1,7 @@
 """The sweep spec (YAML): what to deploy, which workload, which concurrencies.
 
     name: placements-tiny
-    model: /models/engram-tiny
+    model: models/tiny-engram
     workload: {fixed: {input_len: 1024, output_len: 256}}
     concurrency: [1, 2, 4, 8]
     configs:
@@ -14,15 +14,23 @@ Every mistake is one :class:`SweepSpecError` line naming the key at fault.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sglang_engram.schema_errors import first_error
 from sglang_engram.yaml_file import read_mapping
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# NOTE: the plugin's --engram-offload choices, as the cluster spec lists them (no torch).
+Placement = Literal["hbm", "dram", "ssd", "off"]
+
+
+def _off(value: Any) -> Any:
+    """YAML 1.1 reads a bare ``off`` as false; as a placement it means "off"."""
+    return "off" if value is False else value
 
 
 class SweepSpecError(ValueError):
@@ -77,13 +85,15 @@ class LaunchArgs(_Strict):
     """One ``sglang.launch_server`` the sweep starts and stops."""
 
     tp_size: int = Field(1, gt=0)
-    engram_offload: Literal["hbm", "dram", "ssd", "off"] = "dram"
+    engram_offload: Placement = "dram"
     engram_ssd_dir: str | None = None
     engram_prefetch: bool | None = None
     engram_hot_cache_gb: float | None = Field(None, ge=0)
     engram_ram_cache_gb: float | None = Field(None, ge=0)
     extra_args: list[str] = []
     startup_timeout_s: float = Field(1800.0, gt=0)
+
+    _offload_off = field_validator("engram_offload", mode="before")(_off)
 
     @model_validator(mode="after")
     def _ssd_dir(self) -> LaunchArgs:
@@ -100,14 +110,18 @@ class ConfigSpec(_Strict):
     url: str | None = Field(None, pattern=r"^https?://")
     num_gpus: int | None = Field(None, gt=0)
     sku: str | None = None
-    placement: str | None = None
+    placement: Placement | None = None
     metrics_urls: list[str] = []
+
+    _placement_off = field_validator("placement", mode="before")(_off)
 
     @model_validator(mode="after")
     def _kind(self) -> ConfigSpec:
         given = [k for k in ("launch", "cluster", "url") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of launch, cluster or url (got {given or 'none'})")
+        if self.url is not None:
+            _check_url(self.url)
         if self.url is not None and (self.num_gpus is None or self.placement is None):
             raise ValueError("a url config states num_gpus and placement (and sku if mixed)")
         if self.url is None and self.num_gpus is not None:
@@ -117,6 +131,16 @@ class ConfigSpec(_Strict):
     @property
     def kind(self) -> str:
         return "launch" if self.launch else "cluster" if self.cluster is not None else "url"
+
+
+def _check_url(url: str) -> None:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"url {url} has a port outside 1-65535") from None
+    if not parts.hostname or port == 0:
+        raise ValueError(f"url {url} needs a host and a port in 1-65535 (http://HOST:PORT)")
 
 
 class SweepSpec(_Strict):
@@ -159,7 +183,9 @@ class SweepSpec(_Strict):
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
-    data = read_mapping(path, SweepSpecError, "a sweep spec: a mapping (name, model, workload, ...)")
+    data = read_mapping(
+        path, SweepSpecError, "a sweep spec: a mapping (name, model, workload, ...)"
+    )
     return parse_sweep_spec(data, base_dir=path.resolve().parent, source=str(path))
 
 
@@ -169,10 +195,9 @@ def parse_sweep_spec(
     try:
         return SweepSpec.model_validate({**data, "base_dir": str(base_dir)})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        where = _config_name(data, err["loc"]) or where
-        msg = re.sub(r"^Value error, ", "", err["msg"])
+        loc, msg, more = first_error(exc, SweepSpec)
+        where = _config_name(data, loc) or ".".join(str(p) for p in loc) or "(top level)"
+        msg += f" (and {more} more)" if more else ""
         raise SweepSpecError(f"{source}: {where}: {msg}") from None
 
 

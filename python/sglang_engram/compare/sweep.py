@@ -36,13 +36,22 @@ from sglang_engram.compare.results import (
     point_key,
     read_results,
 )
+from sglang_engram.compare.resume import SPEC, check_resume, spec_record, start_over
 from sglang_engram.compare.scrape import point_counters, scrape
 from sglang_engram.compare.spec import ConfigSpec, SweepSpec
 from sglang_engram.compare.workloads import BENCH_MODULE, bench_args, expected_requests
 
 Say = Callable[[str], None]
 # Kept in the raw output only: the server's own report and the per-request details.
-RAW_ONLY = {"server_info", "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"}
+RAW_ONLY = {
+    "server_info",
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "generated_texts",
+    "errors",
+}
 
 
 class SweepError(RuntimeError):
@@ -73,21 +82,34 @@ class Progress:
         self.total -= n
 
 
-def run_sweep(spec: SweepSpec, out: Path, *, resume: bool = False, say: Say = print) -> int:
+def run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    *,
+    resume: bool = False,
+    force_new: bool = False,
+    say: Say = print,
+) -> int:
     """Run every pending point; returns how many failed or could not start."""
     out.mkdir(parents=True, exist_ok=True)
     results = out / RESULTS
     done: set[tuple[str, int]] = set()
-    if results.exists() and results.stat().st_size:
+    if force_new:
+        if aside := start_over(out):
+            say(f"starting over: the previous run is now in {aside}")
+    elif results.exists() and results.stat().st_size:
         if not resume:
             raise SweepError(
-                f"{results} already holds points: pass --resume to continue it, or "
-                "choose another --out"
+                f"{results} already holds points: pass --resume to continue it, --force-new "
+                "to start over, or choose another --out"
             )
         if drop_torn_tail(results):
             say(f"{results}: dropped a last line cut short by a kill")
-        done = {point_key(r) for r in read_results(results)}
-    atomic_write(out / "spec.json", spec.model_dump_json(indent=2, by_alias=True))
+        rows = read_results(results)
+        check_resume(out, spec, rows)
+        done = {point_key(r) for r in rows}
+    # NOTE: written only once the points already there are known to be this spec's.
+    atomic_write(out / SPEC, spec_record(spec))
     pending = [
         (cfg, c)
         for cfg in spec.configs
@@ -131,7 +153,11 @@ def _run_config(
                     sku = facts.detect_sku(target.sku or spec.sku)
                 except (DeploymentError, facts.UnknownGpu) as exc:
                     deployment.stop()
-                    say(f"error: {exc}" if cfg.name in str(exc) else f"error: config {cfg.name}: {exc}")
+                    say(
+                        f"error: {exc}"
+                        if cfg.name in str(exc)
+                        else f"error: config {cfg.name}: {exc}"
+                    )
                     progress.skip(len(points) - i)
                     return failures + len(points) - i
             row = run_point(spec, cfg, target, sku, c, out, deployment)
@@ -245,6 +271,8 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
-        f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s")
     )
