@@ -2,7 +2,9 @@
 
 Runs of consecutive blocks (at most ``MAX_RUN_BLOCKS`` each) are read in batches of at
 most ``BATCH_BYTES``, each batch's runs spread over the pool's threads into one buffer,
-and the rows gathered from it. Nothing is mapped, so an I/O error or a short read (a
+and the rows gathered from it, once the blocks not yet checked are hashed (a block
+stays checked until the table drops its pages: this reader cannot see the kernel evict
+one). Nothing is mapped, so an I/O error or a short read (a
 shrunken file) is an ordinary error of the lookup. Page-cache hits still cost a system
 call and a copy of a whole block per block, which is why warm lookups are slower than
 ``mmap``.
@@ -18,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import TableLayout
-from engram.ssd.readers.base import RowReader, block_runs, row_window
+from engram.ssd.readers.base import RowReader, block_runs, expand_runs, row_window
 
 DEFAULT_THREADS = 16
 MAX_RUN_BLOCKS = 32
@@ -30,8 +33,15 @@ BATCH_BYTES = 32 << 20
 class PreadReader(RowReader):
     name = "pread"
 
-    def __init__(self, path: Path, layout: TableLayout, *, threads: int = DEFAULT_THREADS):
-        super().__init__(path, layout)
+    def __init__(
+        self,
+        path: Path,
+        layout: TableLayout,
+        *,
+        checks: BlockChecks | None = None,
+        threads: int = DEFAULT_THREADS,
+    ):
+        super().__init__(path, layout, checks=checks)
         self._threads = threads
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="engram-pread")
 
@@ -64,6 +74,11 @@ class PreadReader(RowReader):
         futures = [self._pool.submit(self._read_runs, runs[g], slots[g], buffer) for g in groups]
         for future in futures:
             future.result()
+        if self.checks is not None:
+            # NOTE: the buffer holds the runs' blocks back to back, in order.
+            held = expand_runs(runs)
+            todo = np.flatnonzero(~self.checks.verified[held])
+            self.checks.check(memoryview(buffer.numpy()), held[todo], todo * layout.block_bytes)
         lo, hi = np.searchsorted(blocks, [runs[0, 0], runs[-1, 0] + runs[-1, 1]])
         mine = blocks[lo:hi]
         run_of = np.searchsorted(runs[:, 0] + runs[:, 1], mine, side="right")
