@@ -7,9 +7,9 @@ chunk in flight: writing the same rows again resumes after the last recorded chu
 half-written chunk is cut off first); a work directory of other rows or another layout
 is started over. When every chunk is written the data file is read back and checked
 against the block hashes, and only then is the manifest written: a work directory with
-a manifest is complete and verified. The caller then publishes it with directory
-renames (:func:`publish`; the table is several files, so a per-file atomic write cannot
-publish it). A full disk stops the write cleanly, keeping the finished chunks for a
+a manifest is complete and verified. The caller then publishes it
+(:func:`engram.ssd.publish.publish`: the table is several files, so a per-file atomic
+write cannot publish it). A full disk stops the write cleanly, keeping the finished chunks for a
 later resume.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from engram.errors import EngramTableError
-from engram.files import GIB, MIB, atomic_write, fsync_dir
+from engram.files import GIB, MIB, atomic_write
 from engram.ssd.block_hashes import HASH_BYTES, HASHES_FILE, chunk_hashes, digest_of
 from engram.ssd.integrity import verify_table
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES, TableLayout
@@ -150,14 +150,6 @@ def require_space(directory: Path, needed: int) -> str:
     if needed > free:
         raise EngramTableError(f"not enough disk space for the SSD tables: {line}")
     return line
-
-
-def publish(work: Path, final: Path) -> None:
-    """Make the finished ``work`` directory visible as ``final`` in one rename."""
-    if final.exists():
-        final.rmdir()  # only an empty placeholder directory may be replaced
-    os.rename(work, final)
-    fsync_dir(final.parent)
 
 
 def partial_path(final: Path) -> Path:

@@ -53,7 +53,11 @@ class SsdTable(EngramTable):
         ram_cache_bytes: int = 0,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
         verify: str = "quick",
+        check_blocks: bool = True,
     ):
+        """``check_blocks=False`` serves rows without checking their blocks: only for
+        ``benchmark/bench_lookup.py --compare-checks``, which measures what the checks
+        cost (the ``ssd`` placement's factory has no such option)."""
         manifest = TableManifest.load(directory)
         for what, want, have in (
             ("rows are", head_dim, manifest.head_dim),
@@ -68,7 +72,9 @@ class SsdTable(EngramTable):
         self.directory = directory
         self.manifest = manifest
         layout = manifest.layout
-        self._reader = open_reader(read, directory / manifest.data_file, layout, self._checks)
+        self._reader = open_reader(
+            read, directory / manifest.data_file, layout, self._checks if check_blocks else None
+        )
         self._marked_damaged = False
         self._guard = FileGuard(self._reader.path, self._reader.fd, layout.file_bytes)
         # NOTE: never larger than the table: a cache sized by the flag alone would hold
