@@ -18,6 +18,7 @@ comes from the disk again.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,7 @@ class BlockChecks:
         self.expected = expected
         self.verified = np.zeros(layout.num_blocks, dtype=bool)
         self.checked = 0  # blocks hashed so far (tests, diagnostics)
+        self._count_lock = threading.Lock()  # readers check from several threads
 
     def unverified(self, blocks: np.ndarray) -> np.ndarray:
         """The sorted distinct ``blocks`` (of sorted ``blocks``, repeats allowed) not yet
@@ -97,7 +99,8 @@ class BlockChecks:
         if blocks.size == 0:
             return
         got = hash_blocks(buffer, offsets.tolist(), self.layout.block_bytes)
-        self.checked += blocks.size
+        with self._count_lock:
+            self.checked += blocks.size
         good = got == self.expected[blocks]
         self.verified[blocks[good]] = True
         if not good.all():

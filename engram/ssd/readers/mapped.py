@@ -9,9 +9,9 @@ slices are still being read. Both advices reach the kernel 1,024 runs per system
 (``process_madvise``). Where a 1 MiB window of the file needs many blocks, the whole
 window is read (sequential bandwidth beats one request per page there). Blocks already
 in the page cache cost no system call at all (:mod:`engram.ssd.readers.residency`).
-Blocks not yet checked are hashed from the mapping once their slice is in, just before
-its rows are copied out, while the later slices are still being read; the residency
-sweep clears a block's checked flag when the kernel evicts it.
+Blocks not yet checked are hashed from the mapping once their slice is in, on a checker
+thread while the next slice is waited for, and the slice's rows are copied out only
+after that; the residency sweep clears a block's checked flag when the kernel evicts it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import errno
 import mmap
 import os
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,7 @@ DENSE_FRACTION = 0.4  # a window needing this share of its blocks is read whole
 # advised range is cut to at most this.
 MAX_ADVICE_BYTES = 128 << 10
 PIPELINE_STEPS = 8
+THREAD_CHECK_BLOCKS = 1024  # slices with fewer blocks to check are checked inline
 
 
 class MappedReader(RowReader):
@@ -72,6 +74,9 @@ class MappedReader(RowReader):
             layout, self._base, verified=checks.verified if checks is not None else None
         )
         self.residency.start()
+        self._checker = (
+            ThreadPoolExecutor(1, thread_name_prefix="engram-check") if checks is not None else None
+        )
 
     def read_rows(self, ids: np.ndarray, out: torch.Tensor) -> None:
         size = os.fstat(self.fd).st_size
@@ -94,9 +99,12 @@ class MappedReader(RowReader):
             self._check(todo)
             torch.index_select(self._rows_at, 0, offsets, out=out)
             return
-        # Wait for (and map) the runs a slice at a time, checking and copying out the
-        # rows below each slice's end while the reads of the later slices are in flight.
+        # Wait for (and map) the runs a slice at a time, copying out the rows below each
+        # slice's end while the reads of the later slices are in flight. A slice's blocks
+        # are checked on the checker thread while this one waits for the next slice
+        # (the system call releases the GIL); its rows are copied once that is done.
         done = checked = 0
+        pending: tuple[Future | None, int, int] | None = None
         for part in np.array_split(np.arange(len(runs)), min(PIPELINE_STEPS, len(runs))):
             self._advise(runs[part], iov[part], MADV_POPULATE_READ)
             self.residency.mark(expand_runs(runs[part]))
@@ -106,12 +114,33 @@ class MappedReader(RowReader):
                 if part[-1] == len(runs) - 1
                 else int(np.searchsorted(blocks, last[0] + last[1]))
             )
-            if end > done:
-                upto = int(np.searchsorted(todo, blocks[end - 1], side="right"))
-                self._check(todo[checked:upto])
-                checked = upto
-            torch.index_select(self._rows_at, 0, offsets[done:end], out=out[done:end])
+            upto = int(np.searchsorted(todo, blocks[end - 1], side="right")) if end else 0
+            check = self._check_later(todo[checked:upto])
+            checked = upto
+            if pending is not None:
+                self._copy_out(*pending, offsets, out)
+            pending = (check, done, end)
             done = end
+        assert pending is not None
+        self._copy_out(*pending, offsets, out)
+
+    def _check_later(self, blocks: np.ndarray) -> Future | None:
+        if blocks.size == 0 or self._checker is None:
+            return None
+        if blocks.size < THREAD_CHECK_BLOCKS:
+            # NOTE: a handoff costs more than hashing a few hundred blocks here.
+            self._check(blocks)
+            return None
+        return self._checker.submit(self._check, blocks)
+
+    def _copy_out(
+        self, check: Future | None, lo: int, hi: int, offsets: torch.Tensor, out: torch.Tensor
+    ) -> None:
+        """Rows ``lo:hi`` into ``out``, once their blocks passed ``check``."""
+        if check is not None:
+            check.result()  # NOTE: raises EngramChecksumError before a row is copied
+        assert self._rows_at is not None, "reader is closed"
+        torch.index_select(self._rows_at, 0, offsets[lo:hi], out=out[lo:hi])
 
     def warm(self, ids: np.ndarray) -> None:
         """Fault the blocks of ``ids`` in (reading them from disk where needed)."""
@@ -176,6 +205,8 @@ class MappedReader(RowReader):
     def close(self) -> None:
         if self._rows_at is not None:
             self.residency.stop()
+            if self._checker is not None:
+                self._checker.shutdown(wait=True)
             self._rows_at = None  # drop the last views so the mapping can close
             assert self._bytes is not None
             self._bytes.release()

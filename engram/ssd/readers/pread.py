@@ -2,9 +2,9 @@
 
 Runs of consecutive blocks (at most ``MAX_RUN_BLOCKS`` each) are read in batches of at
 most ``BATCH_BYTES``, each batch's runs spread over the pool's threads into one buffer,
-and the rows gathered from it, once the blocks not yet checked are hashed (a block
-stays checked until the table drops its pages: this reader cannot see the kernel evict
-one). Nothing is mapped, so an I/O error or a short read (a
+and the rows gathered from it; each thread hashes the blocks not yet checked right
+after reading them (a block stays checked until the table drops its pages: this reader
+cannot see the kernel evict one). Nothing is mapped, so an I/O error or a short read (a
 shrunken file) is an ordinary error of the lookup. Page-cache hits still cost a system
 call and a copy of a whole block per block, which is why warm lookups are slower than
 ``mmap``.
@@ -23,7 +23,7 @@ import torch
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import TableLayout
-from engram.ssd.readers.base import RowReader, block_runs, expand_runs, row_window
+from engram.ssd.readers.base import RowReader, block_runs, row_window
 
 DEFAULT_THREADS = 16
 MAX_RUN_BLOCKS = 32
@@ -74,11 +74,6 @@ class PreadReader(RowReader):
         futures = [self._pool.submit(self._read_runs, runs[g], slots[g], buffer) for g in groups]
         for future in futures:
             future.result()
-        if self.checks is not None:
-            # NOTE: the buffer holds the runs' blocks back to back, in order.
-            held = expand_runs(runs)
-            todo = np.flatnonzero(~self.checks.verified[held])
-            self.checks.check(memoryview(buffer.numpy()), held[todo], todo * layout.block_bytes)
         lo, hi = np.searchsorted(blocks, [runs[0, 0], runs[-1, 0] + runs[-1, 1]])
         mine = blocks[lo:hi]
         run_of = np.searchsorted(runs[:, 0] + runs[:, 1], mine, side="right")
@@ -101,6 +96,10 @@ class PreadReader(RowReader):
                 raise self._error(err.errno or errno.EIO, first, count, "reading") from err
             if got != want:
                 raise self._error(errno.EIO, first, count, f"(short read: {got} of {want} bytes)")
+            if self.checks is not None:  # on this pool thread, beside the other reads
+                blocks = np.arange(first, first + count)
+                todo = np.flatnonzero(~self.checks.verified[blocks])
+                self.checks.check(memory, blocks[todo], (slot + todo) * block)
 
     def _error(self, err: int, first: int, count: int, how: str) -> PageReadError:
         per = self.layout.pages_per_block
