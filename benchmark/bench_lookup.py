@@ -8,9 +8,11 @@ rows, duplicates included; median of the repeats):
 - ``dram``: the table held in RAM, deduplicated with ``np.unique`` and gathered with
   ``index_select`` (the CPU upper bound; run in a child process so its copy of the
   table does not count towards this process's memory);
-- ``ssd_warm`` / ``ssd_cold``: ``SsdTable.fetch`` (dedup, read, gather into staging)
-  with the file in the page cache / evicted before each run (unmapped, fadvise
-  DONTNEED, and mincore checked: under 1 % resident);
+- ``ssd_warm`` / ``ssd_cold``: ``SsdTable.fetch`` (dedup, read, check each block's
+  hash the first time it is read, gather into staging) with the file in the page cache
+  / evicted before each run (unmapped, fadvise DONTNEED, and mincore checked: under 1 %
+  resident; the blocks' checks are then due again); ``--compare-checks`` also measures
+  the same strategy without the checks, in the same runs, taking turns;
 - ``naive_warm`` / ``naive_cold``: ids -> ``np.unique`` -> fancy indexing of a fresh
   ``np.memmap`` -> copy into a staging tensor (the public vLLM fork's path).
 
@@ -48,6 +50,7 @@ from engram.ssd.readers import DEFAULT_READER, reader_names
 from engram.tables.ssd import SsdTable
 
 COLUMNS = 48
+UNCHECKED = "ssd:unchecked"
 BATCHES = {"decode": 64, "prefill": 8192}  # tokens per batch
 
 
@@ -186,6 +189,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     table_args = {"device": torch.device("cpu")}
     others = [r for r in reader_names() if r != args.read] if args.compare_readers else []
     tables = {f"ssd:{r}": SsdTable(table_dir, read=r, **table_args) for r in [args.read, *others]}
+    if args.compare_checks:
+        tables[UNCHECKED] = SsdTable(table_dir, read=args.read, check_blocks=False, **table_args)
     chosen = tables[f"ssd:{args.read}"]
     naive = NaivePath(chosen.directory / chosen.manifest.data_file, chosen.manifest.layout)
     measured, resident = {}, 0.0
@@ -223,6 +228,14 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     result["unique_fraction"] = {k: np.unique(b[0]).size / b[0].size for k, b in batches.items()}
     result["peak_rss_anon_mib"] = anon / MIB
     result["staging_cache_mib"] = held / MIB
+    if args.compare_checks:
+        result["unchecked"] = {
+            k: {
+                "ssd_warm": measured[k][f"{UNCHECKED}_warm"],
+                "ssd_cold": measured[k][f"{UNCHECKED}_cold"],
+            }
+            for k in BATCHES
+        }
     if others:
         result["readers"] = {
             r: {
@@ -246,6 +259,9 @@ def report(result: dict[str, Any]) -> None:
         for kind in BATCHES:
             warm, cold = values[kind]["ssd_warm"], values[kind]["ssd_cold"]
             print(f"  reader {name:6} {kind:8} warm {warm:12,.0f}  cold {cold:12,.0f}")
+    for kind, values in result.get("unchecked", {}).items():
+        warm, cold = values["ssd_warm"], values["ssd_cold"]
+        print(f"  no block checks {kind:8} warm {warm:12,.0f}  cold {cold:12,.0f}")
     pre, dec = result["prefill"], result["decode"]
     checks = [
         ("prefill ssd_warm / dram", pre["ssd_warm"] / pre["dram"], ">= 0.8"),
@@ -255,6 +271,9 @@ def report(result: dict[str, Any]) -> None:
         ("decode_prefetch_exposed_ratio", result["decode_prefetch_exposed_ratio"], "<= 0.1"),
         ("cold_resident_fraction", result["cold_resident_fraction"], "< 0.01"),
     ]
+    for kind, values in result.get("unchecked", {}).items():
+        ratio = result[kind]["ssd_cold"] / values["ssd_cold"]
+        checks.append((f"{kind} ssd_cold checked / unchecked", ratio, ">= 0.95"))
     print()
     for name, value, target in checks:
         print(f"{name:32} {value:8.3f}   target {target}")
@@ -284,6 +303,11 @@ def main(argv: list[str] | None = None) -> None:
         "--compare-readers",
         action="store_true",
         help="also measure ssd_warm/ssd_cold for every read strategy",
+    )
+    parser.add_argument(
+        "--compare-checks",
+        action="store_true",
+        help="also measure the chosen strategy without its block hash checks (their cost)",
     )
     parser.add_argument("--repeats", type=int, default=5, help="batches per kind (warm runs)")
     parser.add_argument("--cold-repeats", type=int, default=3, help="cold runs per kind")

@@ -26,10 +26,10 @@ print("torch", torch.__version__, "triton", triton.__version__, "cuda", torch.ve
       "hip", torch.version.hip, "device", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
 PY
 
-# NOTE: the lent machine has no package registry. What it lacks (pytest, tokenizers for the
-# reference-model test) travels as wheels made here:
+# NOTE: the lent machine has no package registry. What it lacks (pytest, xxhash for the SSD
+# tier's block hashes, tokenizers for the reference-model test) travels as wheels made here:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#     --platform manylinux2014_x86_64 -d .device-wheels pytest tokenizers
+#     --platform manylinux2014_x86_64 -d .device-wheels pytest xxhash tokenizers
 # (run's `carry: [".device-wheels"]`); without tokenizers that test skips itself.
 if compgen -G ".device-wheels/*.whl" >/dev/null; then
     "$PY" -m pip install -q --no-index --no-deps .device-wheels/*.whl

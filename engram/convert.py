@@ -2,7 +2,9 @@
 
 Reads the Engram tables of a safetensors checkpoint (``layers.{L}.engram.embed.weight``
 / ``.scale``, or with a ``model.`` prefix) and writes the SSD layout that
-``--engram-offload ssd`` serves from. See :mod:`engram.ssd.converter`.
+``--engram-offload ssd`` serves from. See :mod:`engram.ssd.converter`. Ctrl-C (or any
+kill) leaves the tables that were there valid and the new ones resumable: it prints
+"interrupted; run the same command to resume" and exits with 130.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ from engram.files import MIB
 from engram.ssd.converter import convert_checkpoint
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 
+INTERRUPTED = "interrupted; run the same command to resume"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="python -m engram.convert",
         description=(
             "Convert the Engram tables of a safetensors checkpoint into the SSD layout "
-            "(4 KiB-aligned rows, per-chunk crc32, source identity). Each table appears "
-            "atomically; an interrupted run resumes where it stopped; a table already "
+            "(4 KiB-aligned rows, a hash per 4 KiB block, source identity). New tables are "
+            "written beside the old ones and swapped in when complete and verified; an "
+            "interrupted run (exit 130) resumes where it stopped; a table already "
             "converted from these rows is reused, one from other rows converted again."
         ),
     )
@@ -54,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--verify",
         action="store_true",
-        help="re-read the output and check every chunk checksum at the end",
+        help="re-read the output and check every block's hash at the end",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             show_progress=not args.quiet,
         )
 
-    return run(body, args, interrupted="interrupted; run the same command to resume")
+    return run(body, args, interrupted=INTERRUPTED)
 
 
 if __name__ == "__main__":

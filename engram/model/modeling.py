@@ -8,6 +8,7 @@ step hashes exactly as one pass over the whole sequence.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +24,12 @@ from engram.model.directory import model_file
 from engram.model.layers import MLP, Attention, LayerCache, RMSNorm
 from engram.model.tokenizer import load_tokenizer
 from engram.module import EngramState, make_engram
+from engram.ssd.converter import convert_checkpoint
+from engram.ssd.directory import table_dir
 from engram.tables import EngramTable, create_table
 from engram.token_map import build_token_map
+
+logger = logging.getLogger(__name__)
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -114,10 +119,17 @@ class TinyEngramModel(nn.Module):
         device: torch.device | str = "cpu",
     ) -> TinyEngramModel:
         """Load a directory written by ``python -m engram.model build`` onto ``device``; the
-        Engram rows go to tables of ``placement`` (``ssd`` keeps its files under ``ssd_dir``)."""
+        Engram rows go to tables of ``placement``. ``ssd`` tables live under ``ssd_dir``
+        exactly as ``python -m engram.convert --checkpoint model_dir --out ssd_dir`` and
+        the server lay them out: a directory converted by either is reused, and one of
+        other rows, damaged or half written is converted (resumed) first."""
         model_dir = Path(model_dir)
         cfg = TinyEngramConfig.from_pretrained(model_dir)
         token_map, _ = build_token_map(load_tokenizer(model_dir))
+        if placement == "ssd":
+            if ssd_dir is None:
+                raise EngramConfigError("the ssd placement needs an ssd_dir for its table files")
+            convert_checkpoint(model_dir, Path(ssd_dir), log=logger.info, show_progress=False)
         weights = model_file(model_dir, WEIGHTS_FILE)
         try:
             with safe_open(str(weights), framework="pt") as f:
@@ -248,15 +260,16 @@ def _open_table(
 ) -> EngramTable:
     index = cfg.engram_layer_ids.index(layer)
     rows, dim = cfg.engram_num_embeddings[index], cfg.engram_head_dim
-    if placement == "off":
-        return create_table("off", None, None, num_rows=rows, head_dim=dim, device=device)
+    if placement in ("off", "ssd"):
+        # NOTE: ssd tables were converted from the checkpoint file by from_pretrained.
+        path = table_dir(ssd_dir, layer) if placement == "ssd" and ssd_dir is not None else None
+        return create_table(
+            placement, None, None, num_rows=rows, head_dim=dim, device=device, path=path
+        )
     weight_name, scale_name = engram_table_names(layer)
     weight, scale = f.get_tensor(weight_name), f.get_tensor(scale_name)  # type: ignore[attr-defined]
     if weight.shape[0] != rows:
         raise EngramConfigError(
             f"{weight_name} has {weight.shape[0]:,} rows but engram_num_embeddings says {rows:,}"
         )
-    path = Path(ssd_dir) / f"layer_{layer}" if ssd_dir is not None else None
-    return create_table(
-        placement, weight, scale, device=device, path=path, head_dim=dim, num_rows=rows
-    )
+    return create_table(placement, weight, scale, device=device, head_dim=dim, num_rows=rows)

@@ -1,19 +1,23 @@
 """The SSD tier: Engram tables in files on local NVMe instead of host DRAM.
 
-- :mod:`~engram.ssd.layout`, :mod:`~engram.ssd.manifest`: the file format (264-byte
-  rows, 15 to a 4 KiB page, none straddling a page; a manifest with shapes, dtypes,
-  crc32 per chunk and the source's identity).
+- :mod:`~engram.ssd.layout`, :mod:`~engram.ssd.manifest`,
+  :mod:`~engram.ssd.block_hashes`: the file format (264-byte rows, 15 to a 4 KiB page,
+  none straddling a page; an xxh3 hash per block, checked the first time the block is
+  read from disk; a manifest with shapes, dtypes, crc32 per chunk and the source's
+  identity); :mod:`~engram.ssd.directory`: ``layer{L}`` under an SSD directory.
 - :mod:`~engram.ssd.ensure`: the one "reuse or convert" decision for a table directory
   (:func:`~engram.ssd.ensure.decide`) and acting on it.
-- :mod:`~engram.ssd.writer`, :mod:`~engram.ssd.converter`, :mod:`~engram.ssd.checkpoint`:
-  writing tables (resumable, checksummed, published atomically) from rows read in slices
-  of a safetensors checkpoint; ``python -m engram.convert`` is the command line.
+- :mod:`~engram.ssd.writer`, :mod:`~engram.ssd.converter`, :mod:`~engram.ssd.checkpoint`,
+  :mod:`~engram.ssd.publish`: writing tables (resumable, checksummed, swapped in beside
+  the old table once complete) from rows read in slices of a safetensors checkpoint;
+  ``python -m engram.convert`` is the command line.
 - :mod:`~engram.ssd.readers`: read strategies (``mmap``, ``pread``), chosen by name.
 - :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.read_ahead`, :mod:`~engram.ssd.staging`:
   the RAM hot-row cache, read-ahead handles (admission, next decode step), the (pinned)
   staging buffers.
-- :mod:`~engram.ssd.integrity`, :mod:`~engram.ssd.faults`: checksums, a file changing
-  under a running table, I/O errors that fail one lookup.
+- :mod:`~engram.ssd.integrity`, :mod:`~engram.ssd.faults`: checks on open, the damage
+  mark, a file changing under a running table, I/O and checksum errors that fail one
+  lookup.
 
 The table itself is :class:`engram.tables.ssd.SsdTable` (placement ``ssd``); the HBM
 hot-row cache that fronts ``dram`` and ``ssd`` tables is

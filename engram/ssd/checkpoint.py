@@ -136,6 +136,7 @@ def find_tables(checkpoint: Path) -> dict[int, SafetensorsRows]:
         raise EngramTableError(f"checkpoint {checkpoint} has no Engram tables (*.engram.embed.*)")
     return tables
 
+
 def _check_against_config(checkpoint: Path, tables: dict[int, SafetensorsRows]) -> None:
     config_path = checkpoint / "config.json"
     if not config_path.exists():

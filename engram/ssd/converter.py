@@ -1,12 +1,16 @@
 """Convert the Engram tables of a safetensors checkpoint into SSD tables.
 
-Output: ``OUT/layer{L}/`` (one table directory per Engram layer, the layout of
-:mod:`engram.ssd.layout`) and, written last, ``OUT/manifest.json`` listing them. Each
-table goes through :func:`engram.ssd.ensure.ensure_table`, the decision the server makes
-too: a table already converted from the same rows is reused, one converted from other
-rows (or damaged) is converted again, and a crashed or interrupted conversion resumes
-from its last finished chunk. The free space needed (page-padded on-disk bytes) is
-checked before the first byte is written.
+Output: ``OUT/layer{L}/`` (one table directory per Engram layer, named by
+:func:`engram.ssd.directory.table_dir`, the layout of :mod:`engram.ssd.layout`) and,
+written last, ``OUT/manifest.json`` listing them. Each table goes through
+:func:`engram.ssd.ensure.ensure_table`, the decision the server makes too: a table
+already converted from the same rows is reused, one converted from other rows (or
+damaged) is converted again, and a crashed or interrupted conversion resumes from its
+last finished chunk. Every new table is written beside the old one first; only when all
+are complete and verified are they swapped in, one directory exchange each, so an
+interrupted run leaves the old tables in place. The free space needed (page-padded
+on-disk bytes, the old tables still counted) is checked before the first byte is
+written.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, TextIO
 
 from engram.files import GIB, atomic_write
 from engram.ssd.checkpoint import find_tables
+from engram.ssd.directory import table_dir
 from engram.ssd.ensure import decide, ensure_table
 from engram.ssd.integrity import verify_table
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES, TableLayout
@@ -36,9 +41,8 @@ def convert_checkpoint(
     show_progress: bool = True,
 ) -> CheckpointManifest:
     tables = find_tables(checkpoint)
-    decisions = {
-        layer: decide(out / f"layer{layer}", rows, chunk_bytes) for layer, rows in tables.items()
-    }
+    paths = {layer: table_dir(out, layer) for layer in tables}
+    decisions = {layer: decide(paths[layer], rows, chunk_bytes) for layer, rows in tables.items()}
     total = sum(
         TableLayout.with_chunk_bytes(rows.num_rows, rows.head_dim, chunk_bytes).file_bytes
         for rows in tables.values()
@@ -51,23 +55,18 @@ def convert_checkpoint(
         log(f"{out} is already converted from this checkpoint")
     elif check_space:
         out.mkdir(parents=True, exist_ok=True)
-        # NOTE: outdated tables are removed before their rows are written again.
-        freed = sum(d.stale_bytes for d in todo)
-        log(f"converting from {checkpoint} to {out}: {require_space(out, needed - freed)}")
+        # NOTE: outdated tables stay until the new ones are complete: no room is freed.
+        log(f"converting from {checkpoint} to {out}: {require_space(out, needed)}")
     progress = _progress(total, total - needed) if show_progress and todo else None
-    layers = {}
+    options = {"chunk_bytes": chunk_bytes, "check_space": check_space}
     for layer, rows in tables.items():
-        name = f"layer{layer}"
-        ensure_table(
-            out / name,
-            rows,
-            chunk_bytes=chunk_bytes,
-            check_space=check_space,
-            on_chunk=progress.update if progress is not None else None,
-        )
-        layers[str(layer)] = name
+        on_chunk = progress.update if progress is not None else None
+        ensure_table(paths[layer], rows, **options, on_chunk=on_chunk, swap_in=False)
     if progress is not None:
         progress.close()
+    for layer, rows in tables.items():
+        ensure_table(paths[layer], rows, **options)  # swaps each finished table in
+    layers = {str(layer): path.name for layer, path in paths.items()}
     manifest = CheckpointManifest(layers=layers)
     atomic_write(out / MANIFEST, manifest.to_json())
     if todo:
@@ -76,7 +75,7 @@ def convert_checkpoint(
         for layer, name in sorted(layers.items()):
             table = TableManifest.load(out / name)
             verify_table(out / name, table, "full")
-            log(f"layer {layer}: all {table.layout.num_chunks} chunk checksums match")
+            log(f"layer {layer}: all {table.layout.num_blocks:,} block hashes match")
     return manifest
 
 

@@ -4,19 +4,24 @@
 factory (``create_table("ssd", weight, scale, path=...)``), the converter (``python -m
 engram.convert``), and the plugin both in its startup free-space check and when it
 opens its tables; so they cannot disagree. :func:`ensure_table` acts on it: reuse, or
-(re)write the table through ``path.partial`` (resuming a crashed write of the same rows)
-and publish it with one rename.
+write the table into ``path.partial`` beside whatever is at ``path`` (resuming a crashed
+or interrupted write of the same rows) and, once it is complete and verified, swap it
+in (:mod:`engram.ssd.publish`). An outdated table keeps its place until then, so an
+interruption at any moment leaves it or the new one at ``path``, never neither or a
+mix; the disk needs room for both meanwhile.
 
 NOTE: the identity rule. A table is reused iff its manifest loads, it records the
 identity of the given source (tensor names, shape, TP shard and the crc32 of 1,024 rows
-spread evenly over the table: :func:`engram.ssd.sources.sample_crc`), and its data file
-passes the quick check (exact size, crc32 of the first and last chunk). Anything else of
-ours (another checkpoint's rows, an older format, a damaged or truncated file) is
-converted again. Comparing every chunk with the source would read the whole checkpoint
-at every start, as much as converting it, so the per-chunk crcs serve
-``verify="full"`` / ``--verify`` instead. The rule misses a checkpoint edited in place
-at none of the sampled rows, and damage only in a middle chunk (``--verify`` finds it).
-A directory that is not ours (no manifest of our format, but files) is never touched.
+spread evenly over the table: :func:`engram.ssd.sources.sample_crc`), it was not marked
+damaged while serving, and its data file passes the quick check (exact size, block
+hashes of the first and last chunk). Anything else of ours (another checkpoint's rows,
+an older format, a damaged or truncated file) is converted again. Comparing every chunk
+with the source would read the whole checkpoint at every start, as much as converting
+it; instead every block is checked against its hash when it is first read while
+serving, and a mismatch fails that lookup and marks the table, so the next start
+converts it (``verify="full"`` / ``--verify`` checks every block up front). The rule
+misses a checkpoint edited in place at none of the sampled rows. A directory that is
+not ours (no manifest of our format, but files) is never touched.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ from engram.ssd.manifest import (
     CheckpointManifest,
     TableManifest,
 )
+from engram.ssd.publish import publish
 from engram.ssd.sources import RowSource
-from engram.ssd.writer import finished_chunks, partial_path, publish, require_space, write_table
+from engram.ssd.writer import finished_chunks, partial_path, require_space, write_table
 
 logger = logging.getLogger(__name__)
 
@@ -53,25 +59,27 @@ class Decision:
     reuse: bool
     why: str  # what was found there, for the log
     write_bytes: int  # bytes still to write, in the on-disk (page-padded) layout
-    stale_bytes: int  # bytes of an outdated table there that converting removes first
+    stale_bytes: int  # bytes of an outdated table there, removed once the new one is in
 
 
 def decide(path: Path, source: RowSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Decision:
     """Reuse the table at ``path``, or convert ``source`` there (see the module NOTE)."""
     layout = TableLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
+    work = partial_path(path)
+    done = len(finished_chunks(work, layout, source.identity())) if work.exists() else 0
+    written = min(done * layout.chunk_bytes, layout.file_bytes)
     if (path / MANIFEST).exists():
         stale = _outdated(path, source)
         if stale is None:
             return Decision(path, True, "converted from these rows", 0, 0)
         used = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-        return Decision(path, False, stale, layout.file_bytes, used)
+        if done:
+            stale += f"; the new table is half written ({written:,} bytes), resuming"
+        return Decision(path, False, stale, layout.file_bytes - written, used)
     if path.exists() and any(path.iterdir()):
         raise EngramTableError(
             f"{path} exists but is not an SSD table (no manifest.json); refusing to overwrite it"
         )
-    work = partial_path(path)
-    done = len(finished_chunks(work, layout, source.identity())) if work.exists() else 0
-    written = min(done * layout.chunk_bytes, layout.file_bytes)
     why = f"half written ({written:,} bytes), resuming" if done else "not converted yet"
     return Decision(path, False, why, layout.file_bytes - written, 0)
 
@@ -106,9 +114,12 @@ def ensure_table(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     check_space: bool = True,
     on_chunk: Callable[[int], None] | None = None,
+    swap_in: bool = True,
 ) -> TableManifest:
     """The manifest of a table at ``path`` holding ``source``'s rows, converting them
-    first unless :func:`decide` reuses what is there. ``source=None``: open as it is."""
+    first unless :func:`decide` reuses what is there. ``source=None``: open as it is.
+    ``swap_in=False`` only writes the new table beside the old one (and returns its
+    manifest); a later call with ``swap_in=True`` then swaps it in at once."""
     if source is None:
         if not (path / MANIFEST).exists():
             what = "has no manifest.json" if path.exists() else "does not exist"
@@ -123,40 +134,21 @@ def ensure_table(
     # it writes, the others then decide again and find the finished table.
     with _exclusive(path) as lock_file:
         decision = decide(path, source, chunk_bytes)
-        if not decision.reuse:
-            _convert(decision, source, chunk_bytes, check_space, on_chunk)
+        if decision.reuse:
+            return TableManifest.load(path)
+        if (path / MANIFEST).exists():
+            logger.info("converting the SSD table %s again: %s", path, decision.why)
+        if check_space:
+            require_space(path.parent, decision.write_bytes)
+        work = partial_path(path)
+        manifest = write_table(work, source, chunk_bytes=chunk_bytes, on_chunk=on_chunk)
+        if not swap_in:
+            return manifest
+        publish(work, path)
         # NOTE: removed only once the table is published: whoever locks the old or a
         # new lock file from now on finds the table and reuses it.
         lock_file.unlink(missing_ok=True)
     return TableManifest.load(path)
-
-
-def _convert(
-    decision: Decision,
-    source: RowSource,
-    chunk_bytes: int,
-    check_space: bool,
-    on_chunk: Callable[[int], None] | None,
-) -> None:
-    path = decision.path
-    if (path / MANIFEST).exists():
-        logger.warning("converting the SSD table %s again: %s", path, decision.why)
-        remove_table(path)
-    if check_space:
-        require_space(path.parent, decision.write_bytes)
-    work = partial_path(path)
-    write_table(work, source, chunk_bytes=chunk_bytes, on_chunk=on_chunk)
-    publish(work, path)
-
-
-def remove_table(path: Path) -> None:
-    """Delete a table directory of ours, its manifest last: a crash half way leaves a
-    directory that is still recognised as an (unusable) table of ours."""
-    files = [f for f in path.iterdir() if f.name != MANIFEST]
-    for f in files:
-        f.unlink()
-    (path / MANIFEST).unlink(missing_ok=True)
-    path.rmdir()
 
 
 @contextmanager

@@ -3,8 +3,10 @@
 A :class:`PageReadError` is what a reader raises when pages could not be read (the
 errno of the failed call and the pages it covered). The table turns it into an
 :class:`EngramIOError` for the one lookup that needed those rows; later lookups are
-unaffected. A file that changed under the table is not an I/O error but a permanent
-fault (:class:`engram.ssd.integrity.FileGuard`).
+unaffected. Bytes that do not match their block hash are an
+:class:`EngramChecksumError`, an I/O error of the same kind. A file that changed under
+the table is not an I/O error but a permanent fault
+(:class:`engram.ssd.integrity.FileGuard`).
 """
 
 from __future__ import annotations
@@ -26,3 +28,12 @@ class PageReadError(OSError):
 
 class EngramIOError(EngramTableError):
     """An I/O error failed one lookup; the table stays usable."""
+
+
+class EngramChecksumError(EngramIOError):
+    """Rows read from ``directory``'s data file do not match their block hash (chunk
+    ``chunk``): that lookup fails, the rest of the table keeps serving."""
+
+    def __init__(self, message: str, directory: Path, chunk: int):
+        super().__init__(message)
+        self.directory, self.chunk = directory, chunk

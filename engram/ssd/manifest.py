@@ -2,8 +2,9 @@
 
 A table directory's ``manifest.json`` records the layout (rows, row width, row and page
 sizes), the dtypes, the data file's size, a crc32 per chunk, a digest of those crcs
-(``table_digest``, which identifies the content) and the identity of the source the rows
-came from. A converted checkpoint directory has its own ``manifest.json`` naming its
+(``table_digest``, which identifies the content), the digest of the per-block hashes
+file (:mod:`engram.ssd.block_hashes`) and the identity of the source the rows came
+from. A converted checkpoint directory has its own ``manifest.json`` naming its
 per-layer table directories. A manifest is written last (atomically), so a directory
 without one is never a finished table.
 """
@@ -17,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from engram.errors import EngramTableError
+from engram.ssd.block_hashes import HASH_NAME, HASHES_FILE
 from engram.ssd.layout import PAGE_BYTES, TableLayout
 
 MANIFEST = "manifest.json"
 DATA_FILE = "rows.bin"
 TABLE_FORMAT = "engram-ssd-table"
 CHECKPOINT_FORMAT = "engram-ssd-checkpoint"
-FORMAT_VERSION = 1
+# NOTE: version 2 added the per-block hashes; a version-1 table is converted again.
+FORMAT_VERSION = 2
+CHECKPOINT_VERSION = 1
 WEIGHT_DTYPE = "float8_e4m3fn"
 SCALE_DTYPE = "float8_e8m0fnu"
 
@@ -46,10 +50,15 @@ class TableManifest:
     format: str = TABLE_FORMAT
     version: int = FORMAT_VERSION
     table_digest: str = ""
+    block_hash: str = HASH_NAME
+    block_hashes_file: str = HASHES_FILE
+    block_hashes_digest: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, layout: TableLayout, crcs: list[int], source: dict[str, Any]) -> TableManifest:
+    def build(
+        cls, layout: TableLayout, crcs: list[int], source: dict[str, Any], block_digest: str
+    ) -> TableManifest:
         return cls(
             num_rows=layout.num_rows,
             head_dim=layout.head_dim,
@@ -61,6 +70,7 @@ class TableManifest:
             block_bytes=layout.block_bytes,
             data_bytes=layout.file_bytes,
             table_digest=digest_of(layout, crcs),
+            block_hashes_digest=block_digest,
         )
 
     @property
@@ -109,6 +119,11 @@ class TableManifest:
                 raise EngramTableError(
                     f"{where}: {name} is {getattr(self, name)} but the layout implies {want}"
                 )
+        if (self.block_hash, self.block_hashes_file) != (HASH_NAME, HASHES_FILE):
+            raise EngramTableError(
+                f"{where}: block hashes are {self.block_hash} in {self.block_hashes_file}; "
+                f"this build checks {HASH_NAME} in {HASHES_FILE}"
+            )
         if (self.weight_dtype, self.scale_dtype) != (WEIGHT_DTYPE, SCALE_DTYPE):
             raise EngramTableError(
                 f"{where}: table dtypes are {self.weight_dtype}/{self.scale_dtype}, the "
@@ -129,7 +144,7 @@ class CheckpointManifest:
 
     layers: dict[str, str]
     format: str = CHECKPOINT_FORMAT
-    version: int = FORMAT_VERSION
+    version: int = CHECKPOINT_VERSION
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -137,9 +152,9 @@ class CheckpointManifest:
     @classmethod
     def load(cls, directory: Path) -> CheckpointManifest:
         data = _read_json(directory / MANIFEST, "converted checkpoint")
-        if data.get("format") != CHECKPOINT_FORMAT or data.get("version") != FORMAT_VERSION:
+        if data.get("format") != CHECKPOINT_FORMAT or data.get("version") != CHECKPOINT_VERSION:
             raise EngramTableError(
-                f"{directory / MANIFEST} is not a version-{FORMAT_VERSION} converted "
+                f"{directory / MANIFEST} is not a version-{CHECKPOINT_VERSION} converted "
                 f"Engram checkpoint (format {data.get('format')!r}, version {data.get('version')})"
             )
         return cls(layers={str(k): v for k, v in data["layers"].items()})

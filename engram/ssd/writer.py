@@ -1,13 +1,16 @@
 """Write SSD tables: resumable, checksummed, published atomically.
 
-A table is written into a *work* directory (``<table>.partial``) chunk by chunk. After
-each chunk is on disk (fsync) its crc32 is appended to ``progress.json``, so a crash
-loses at most the chunk in flight: writing the same rows again resumes after the last
-recorded chunk (a half-written chunk is cut off first); a work directory of other rows
-or another layout is started over. The manifest is written last; the caller then
-publishes the work directory with one ``rename`` of the directory (the table is two
-files, so a per-file atomic write cannot publish it). A full disk stops the write
-cleanly, keeping the finished chunks for a later resume.
+A table is written into a *work* directory (``<table>.partial``) chunk by chunk: the
+rows into ``rows.bin``, each block's hash into ``blocks.xxh3``. After each chunk is on
+disk (fsync) its crc32 is appended to ``progress.json``, so a crash loses at most the
+chunk in flight: writing the same rows again resumes after the last recorded chunk (a
+half-written chunk is cut off first); a work directory of other rows or another layout
+is started over. When every chunk is written the data file is read back and checked
+against the block hashes, and only then is the manifest written: a work directory with
+a manifest is complete and verified. The caller then publishes it
+(:func:`engram.ssd.publish.publish`: the table is several files, so a per-file atomic
+write cannot publish it). A full disk stops the write cleanly, keeping the finished chunks for a
+later resume.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from engram.errors import EngramRunError, EngramTableError
-from engram.files import GIB, MIB, atomic_write, fsync_dir
+from engram.files import GIB, MIB, atomic_write
+from engram.ssd.block_hashes import HASH_BYTES, HASHES_FILE, chunk_hashes, digest_of
+from engram.ssd.integrity import verify_table
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES, TableLayout
 from engram.ssd.manifest import DATA_FILE, MANIFEST, TableManifest
 from engram.ssd.sources import RowSource
@@ -50,11 +57,17 @@ def write_table(
     work.mkdir(parents=True, exist_ok=True)
     data = work / DATA_FILE
     fd = os.open(data, os.O_WRONLY | os.O_CREAT, 0o644)
+    hashes_fd = os.open(work / HASHES_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        os.ftruncate(fd, len(crcs) * layout.chunk_bytes)  # drop a half-written chunk
+        # NOTE: drop a half-written chunk (rows and hashes) before resuming after it.
+        os.ftruncate(fd, len(crcs) * layout.chunk_bytes)
+        os.ftruncate(hashes_fd, len(crcs) * layout.chunk_blocks * HASH_BYTES)
         for index, buf in iter_chunks(source, layout, start=len(crcs)):
             _pwrite_all(fd, buf, index * layout.chunk_bytes)
+            hashes = chunk_hashes(buf, layout.block_bytes).astype("<u8").tobytes()
+            _pwrite_all(hashes_fd, hashes, index * layout.chunk_blocks * HASH_BYTES)
             os.fsync(fd)
+            os.fsync(hashes_fd)
             crcs.append(zlib.crc32(buf))
             _save_progress(work, layout, identity, crcs)
             if on_chunk is not None:
@@ -72,7 +85,19 @@ def write_table(
         ) from err
     finally:
         os.close(fd)
-    manifest = TableManifest.build(layout, crcs, identity)
+        os.close(hashes_fd)
+    hashes = np.fromfile(work / HASHES_FILE, dtype="<u8").astype(np.uint64)
+    manifest = TableManifest.build(layout, crcs, identity, digest_of(hashes))
+    # NOTE: read back before the manifest makes the table complete: what gets
+    # published is what the hashes describe.
+    try:
+        verify_table(work, manifest, "full")
+    except EngramTableError as err:
+        shutil.rmtree(work, ignore_errors=True)  # a rerun starts over instead of failing again
+        raise EngramTableError(
+            f"the table written to {work} does not read back as written ({err}); it was "
+            "removed: check the disk, then run again"
+        ) from err
     atomic_write(work / MANIFEST, manifest.to_json())
     (work / PROGRESS).unlink(missing_ok=True)
     return manifest
@@ -102,12 +127,16 @@ def finished_chunks(work: Path, layout: TableLayout, identity: dict[str, Any]) -
         progress = json.loads((work / PROGRESS).read_text())
         crcs = [int(c) for c in progress["chunk_crc32"]]
         size = (work / DATA_FILE).stat().st_size
+        hashes_size = (work / HASHES_FILE).stat().st_size
     except (OSError, ValueError, KeyError, TypeError):
         return []
     if progress.get("source") != identity or progress.get("layout") != _layout_key(layout):
         return []
-    # NOTE: a data file shorter than its recorded chunks would resume with a hole.
-    return crcs if size >= len(crcs) * layout.chunk_bytes else []
+    # NOTE: a data (or hashes) file shorter than its recorded chunks would resume with
+    # a hole.
+    blocks = min(len(crcs) * layout.chunk_blocks, layout.num_blocks)
+    enough = size >= len(crcs) * layout.chunk_bytes and hashes_size >= blocks * HASH_BYTES
+    return crcs if enough else []
 
 
 def require_space(directory: Path, needed: int) -> str:
@@ -121,14 +150,6 @@ def require_space(directory: Path, needed: int) -> str:
     if needed > free:
         raise EngramRunError(f"not enough disk space for the SSD tables: {line}")
     return line
-
-
-def publish(work: Path, final: Path) -> None:
-    """Make the finished ``work`` directory visible as ``final`` in one rename."""
-    if final.exists():
-        final.rmdir()  # only an empty placeholder directory may be replaced
-    os.rename(work, final)
-    fsync_dir(final.parent)
 
 
 def partial_path(final: Path) -> Path:

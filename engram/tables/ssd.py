@@ -3,9 +3,13 @@
 A lookup dedups its row ids, takes what it can from prefetched rows and the RAM row
 cache, reads the rest from the data file with the chosen read strategy (only the pages
 holding them), gathers everything into a staging buffer (pinned on a GPU), copies it to
-the device asynchronously and dequantises there. An I/O error fails that one lookup
-with :class:`EngramIOError`; a data file that changes under the table is a permanent
-fault (every later lookup raises).
+the device asynchronously and dequantises there. Every block is checked against its
+hash the first time it is read from the disk (:mod:`engram.ssd.block_hashes`), so rows
+reach the RAM cache, the read-ahead handles and the caller only from checked blocks. An
+I/O error fails that one lookup with :class:`EngramIOError`; a block that fails its
+check fails it with :class:`EngramChecksumError` and marks the table damaged (the next
+start converts it again). Both count as ``io_errors``. A data file that changes under
+the table is a permanent fault (every later lookup raises).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from engram.errors import EngramTableError
 from engram.files import GIB
 from engram.fp8 import dequantize_rows, unpack_rows
 from engram.ssd.ensure import ensure_table, resolve_table_dir
-from engram.ssd.faults import EngramIOError
-from engram.ssd.integrity import FileGuard, verify_table
+from engram.ssd.faults import EngramChecksumError, EngramIOError
+from engram.ssd.integrity import FileGuard, mark_damaged, verify_table
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 from engram.ssd.manifest import TableManifest
 from engram.ssd.read_ahead import Prefetcher, PrefetchHandle, exact_match, take_rows
@@ -49,7 +53,11 @@ class SsdTable(EngramTable):
         ram_cache_bytes: int = 0,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
         verify: str = "quick",
+        check_blocks: bool = True,
     ):
+        """``check_blocks=False`` serves rows without checking their blocks: only for
+        ``benchmark/bench_lookup.py --compare-checks``, which measures what the checks
+        cost (the ``ssd`` placement's factory has no such option)."""
         manifest = TableManifest.load(directory)
         for what, want, have in (
             ("rows are", head_dim, manifest.head_dim),
@@ -59,12 +67,15 @@ class SsdTable(EngramTable):
                 raise EngramTableError(
                     f"SSD table {directory}: its {what} {have:,} but the spec expects {want:,}"
                 )
-        verify_table(directory, manifest, verify)
+        self._checks = verify_table(directory, manifest, verify)
         super().__init__(manifest.num_rows, manifest.head_dim, device)
         self.directory = directory
         self.manifest = manifest
         layout = manifest.layout
-        self._reader = open_reader(read, directory / manifest.data_file, layout)
+        self._reader = open_reader(
+            read, directory / manifest.data_file, layout, self._checks if check_blocks else None
+        )
+        self._marked_damaged = False
         self._guard = FileGuard(self._reader.path, self._reader.fd, layout.file_bytes)
         # NOTE: never larger than the table: a cache sized by the flag alone would hold
         # (and report) gigabytes for a megabyte table.
@@ -87,7 +98,11 @@ class SsdTable(EngramTable):
         index or ``None`` for a prefetch handle's rows). Valid until the next fetch;
         the benchmark times this (the device copy and dequantisation follow in lookup)."""
         with self._lock:
-            return self._fetch(ids)
+            try:
+                return self._fetch(ids)
+            except EngramIOError:
+                self.io_errors += 1  # NOTE: failed lookups; a failed read-ahead is re-read
+                raise
 
     def _fetch(self, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int | None]:
         self._guard.check()
@@ -145,8 +160,18 @@ class SsdTable(EngramTable):
         )
         try:
             self._reader.read_rows(miss, target)
+        except EngramChecksumError as err:
+            self._guard.check()  # a file that changed is a permanent fault, said as such
+            if not self._marked_damaged:
+                self._marked_damaged = True
+                mark_damaged(self.directory, err)
+            raise EngramChecksumError(
+                f"{err}. This lookup failed; the table is marked to be converted again at "
+                "the next start, its other blocks keep serving",
+                err.directory,
+                err.chunk,
+            ) from err
         except OSError as err:
-            self.io_errors += 1
             self._guard.check()  # a file that changed is a permanent fault, said as such
             raise EngramIOError(
                 f"I/O error reading {miss.size:,} rows of SSD table {self.directory}: {err}. "
@@ -249,6 +274,11 @@ class SsdTable(EngramTable):
         if self._cache is not None:
             out.update(self._cache.stats())
         return {key: float(value) for key, value in out.items()}
+
+    @property
+    def blocks_checked(self) -> int:
+        """Blocks hashed against the manifest so far (at open and on first reads)."""
+        return self._checks.checked
 
     @property
     def read_strategy(self) -> str:

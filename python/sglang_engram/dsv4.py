@@ -29,9 +29,16 @@ from torch import nn
 
 from engram.hashing import NgramHasher
 from engram.spec import FP8_BLOCK, EngramSpec
+from engram.ssd.directory import shard_name
 from engram.tables import EngramTable
 from engram.tables.dram import packed_host_rows
-from sglang_engram import loading, placement, ssd_tables, table_registry, upstream_embedding
+from sglang_engram import (
+    loading,
+    lookup_failures,
+    placement,
+    table_registry,
+    upstream_embedding,
+)
 from sglang_engram.config import EngramServerConfig, current_config
 
 logger = logging.getLogger(__name__)
@@ -65,7 +72,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
             num_embeddings, column_bounds, parallel.tp_rank, self.tp_size
         )
         self.rows = row_end - self.row_start
-        self.shard = ssd_tables.shard_name(parallel.tp_rank, self.tp_size)
+        self.shard = shard_name(parallel.tp_rank, self.tp_size)
         self.host_table = None
         self.peer = None
         self._sort_host_reads = False
@@ -142,7 +149,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
             return self.new_rows(indices).zero_()
         local = indices - self.row_start
         owned = (local >= 0) & (local < self.rows)
-        rows = self.table.lookup(local.masked_fill(~owned, 0))
+        rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
         return rows.masked_fill(~owned.unsqueeze(-1), 0)
 
 

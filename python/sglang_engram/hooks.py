@@ -138,6 +138,14 @@ HOOKS: tuple[Hook, ...] = (
         "start reading the next decode step's Engram rows from SSD once tokens are sampled",
     ),
     Hook(
+        "sglang.srt.managers.scheduler",
+        "Scheduler.run_batch",
+        "sglang_engram.lookup_failures:after_run_batch",
+        "AFTER",
+        "answer the requests of a batch whose Engram lookup failed (damaged SSD table, I/O "
+        "error) with a 500 instead of a dead scheduler",
+    ),
+    Hook(
         "sglang.srt.models.deepseek_v4",
         "DeepseekV4Model.__init__",
         "sglang_engram.dsv4:after_model_init",

@@ -12,6 +12,7 @@ import logging
 import torch
 
 from engram.presets import DSV41_FLASH
+from engram.ssd.directory import table_dir
 from engram.tables import EngramTable, create_table
 from engram.tables.ssd import DEFAULT_PREFETCH_BYTES as PREFETCH_BYTES
 from sglang_engram import ssd_tables, table_registry
@@ -64,9 +65,7 @@ def ssd_table(
     (``tables``: how many Engram tables this process serves; they share the caches)."""
     assert config.ssd_dir is not None, "validated at startup: ssd needs --engram-ssd-dir"
     source = ssd_tables.checkpoint_source(model_path, layer_id, rows)
-    path = ssd_tables.ensure_converted(
-        ssd_tables.table_dir(config.ssd_dir, layer_id, shard), source
-    )
+    path = ssd_tables.ensure_converted(table_dir(config.ssd_dir, layer_id, shard), source)
     table = create_table(
         "ssd",
         None,

@@ -2,7 +2,8 @@
 
 On first start each layer's table (or this rank's TP shard of it) is converted by
 streaming its rows from the checkpoint's safetensors files (never whole in memory);
-afterwards it is reused. Whether a directory is reused or converted (again) is decided
+afterwards it is reused. The directory names are the core library's
+(:mod:`engram.ssd.directory`), the same as ``engram.convert``'s and the CPU tools'. Whether a directory is reused or converted (again) is decided
 by :func:`engram.ssd.ensure.decide`, the same for the startup check
 (:func:`space_needed`) and for the table open (:func:`ensure_converted`).
 """
@@ -17,6 +18,7 @@ import numpy as np
 
 from engram.errors import EngramTableError
 from engram.spec import EngramSpec
+from engram.ssd.directory import shard_name, table_dir
 
 
 class ShardRows:
@@ -32,10 +34,6 @@ class ShardRows:
 
     def identity(self) -> dict[str, Any]:
         return {**self._source.identity(), "shard": [self._start, self._stop]}
-
-
-def table_dir(ssd_dir: str | Path, layer_id: int, shard: str = "") -> Path:
-    return Path(ssd_dir) / f"layer{layer_id}{shard}"
 
 
 def checkpoint_source(model_path: str | Path, layer_id: int, rows: tuple[int, int] | None):
@@ -73,11 +71,6 @@ def ensure_converted(path: Path, source: Any) -> Path:
 
     ensure_table(path, source)
     return path
-
-
-def shard_name(tp_rank: int, tp_size: int) -> str:
-    """Suffix of a TP rank's shard directory (none without TP)."""
-    return f".tp{tp_rank}of{tp_size}" if tp_size > 1 else ""
 
 
 def layer_tables(

@@ -174,15 +174,20 @@ def check_ssd_dir(
 
     try:
         # NOTE: need and have in the same units: page-padded bytes on disk, for the
-        # tables the table open will (re)convert; outdated ones are removed first.
+        # tables the table open will (re)convert; outdated ones stay until then.
         needed, stale = space_needed(path, spec, model_path, tp_size)
     except EngramError as exc:
         raise EngramStartupError(str(exc)) from exc
     free = shutil.disk_usage(base).free
-    if needed > free + stale:
-        freed = f" (+{stale / GIB:.2f} GiB of outdated tables it replaces)" if stale else ""
+    if needed > free:
+        kept = (
+            f" ({stale / GIB:.2f} GiB of outdated tables are removed only once their "
+            "replacements are complete)"
+            if stale
+            else ""
+        )
         raise EngramStartupError(
-            f"--engram-ssd-dir {ssd_dir} has {free / GIB:.2f} GiB free{freed} but the Engram "
+            f"--engram-ssd-dir {ssd_dir} has {free / GIB:.2f} GiB free{kept} but the Engram "
             f"tables need {needed / GIB:.2f} GiB more ({needed:,} bytes on disk); free "
             "space or choose a larger disk"
         )

@@ -19,6 +19,7 @@ from engram.errors import EngramTableError
 from engram.ssd.checkpoint import find_tables
 from engram.ssd.ensure import decide, ensure_table
 from engram.ssd.layout import TableLayout
+from engram.ssd.manifest import FORMAT_VERSION
 from engram.tables import create_table
 from test.ssd.helpers import REPO, random_table, run_convert, tiny_spec_config, write_checkpoint
 
@@ -90,8 +91,11 @@ def test_a_damaged_table_is_converted_again(converted, damage: str) -> None:
     elif damage == "no-data-file":
         data.unlink()
     else:
+        # A table written by the previous format (version 1: no block hashes).
         manifest = path / "manifest.json"
-        manifest.write_text(manifest.read_text().replace('"version": 1', '"version": 0'))
+        manifest.write_text(
+            manifest.read_text().replace(f'"version": {FORMAT_VERSION}', '"version": 1')
+        )
     source = find_tables(ckpt)[1]
     decision = decide(path, source)
     assert not decision.reuse and decision.why.startswith("it is unusable: ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engram.errors import EngramTableError
+from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.layout import TableLayout
 from engram.ssd.readers.base import RowReader
 from engram.ssd.readers.mapped import MappedReader
@@ -29,13 +30,15 @@ def reader_names() -> list[str]:
     return list(READERS)
 
 
-def open_reader(name: str, path: Path, layout: TableLayout) -> RowReader:
+def open_reader(
+    name: str, path: Path, layout: TableLayout, checks: BlockChecks | None = None
+) -> RowReader:
     cls = READERS.get(name)
     if cls is None:
         raise EngramTableError(
             f"unknown SSD read strategy {name!r}; choose one of {', '.join(READERS)}"
         )
-    return cls(path, layout)
+    return cls(path, layout, checks=checks)
 
 
 register_reader(MappedReader)

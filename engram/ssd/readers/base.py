@@ -2,8 +2,11 @@
 
 A reader copies rows of *sorted, distinct* row ids from a table's data file into a
 caller's uint8 buffer ``[n, row_bytes]``. It reads whole blocks (pages) only, grouping
-the ids by block and consecutive blocks into runs. I/O errors surface as
-:class:`engram.ssd.faults.PageReadError`, never as a signal.
+the ids by block and consecutive blocks into runs. With ``checks``
+(:class:`engram.ssd.block_hashes.BlockChecks`) it hashes every block it needs that is
+not yet checked, after reading it and before copying a row out of it, and raises
+:class:`engram.ssd.faults.EngramChecksumError` for one that does not match. I/O errors
+surface as :class:`engram.ssd.faults.PageReadError`, never as a signal.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.layout import TableLayout
 from engram.ssd.sysmem import mincore
 
@@ -23,9 +27,10 @@ from engram.ssd.sysmem import mincore
 class RowReader(ABC):
     name: ClassVar[str] = ""
 
-    def __init__(self, path: Path, layout: TableLayout):
+    def __init__(self, path: Path, layout: TableLayout, *, checks: BlockChecks | None = None):
         self.path = path
         self.layout = layout
+        self.checks = checks
         self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         # NOTE: rows are read at random; the kernel's readahead would read (and cache)
         # up to a whole readahead window around every page we ask for.
@@ -45,8 +50,18 @@ class RowReader(ABC):
         """Re-learn which pages the page cache holds (readers that track it)."""
 
     def drop_page_cache(self) -> None:
-        """Evict this file's pages from the page cache (benchmarks and tests)."""
+        """Evict this file's pages from the page cache (benchmarks and tests); their
+        next copies come from the disk, so they are checked again."""
         os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if self.checks is not None:
+            self.checks.forget()
+
+    def unverified(self, blocks: np.ndarray) -> np.ndarray:
+        """The distinct blocks of sorted ``blocks`` still to be checked (none without
+        checks)."""
+        if self.checks is None:
+            return blocks[:0]
+        return self.checks.unverified(blocks)
 
     def resident_fraction(self) -> float:
         """Share of the file's pages in the page cache (mincore on a fresh mapping)."""

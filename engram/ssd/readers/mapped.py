@@ -9,6 +9,9 @@ slices are still being read. Both advices reach the kernel 1,024 runs per system
 (``process_madvise``). Where a 1 MiB window of the file needs many blocks, the whole
 window is read (sequential bandwidth beats one request per page there). Blocks already
 in the page cache cost no system call at all (:mod:`engram.ssd.readers.residency`).
+Blocks not yet checked are hashed from the mapping once their slice is in, on a checker
+thread while the next slice is waited for, and the slice's rows are copied out only
+after that; the residency sweep clears a block's checked flag when the kernel evicts it.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ import errno
 import mmap
 import os
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from engram.files import MIB
+from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import PAGE_BYTES, TableLayout
 from engram.ssd.readers.base import RowReader, block_runs, expand_runs, row_window, split_runs
@@ -43,15 +48,17 @@ DENSE_FRACTION = 0.4  # a window needing this share of its blocks is read whole
 # advised range is cut to at most this.
 MAX_ADVICE_BYTES = 128 << 10
 PIPELINE_STEPS = 8
+THREAD_CHECK_BLOCKS = 1024  # slices with fewer blocks to check are checked inline
 
 
 class MappedReader(RowReader):
     name = "mmap"
 
-    def __init__(self, path: Path, layout: TableLayout):
-        super().__init__(path, layout)
+    def __init__(self, path: Path, layout: TableLayout, *, checks: BlockChecks | None = None):
+        super().__init__(path, layout, checks=checks)
         self._mm = mmap.mmap(self.fd, layout.file_bytes, access=mmap.ACCESS_READ)
         self._mm.madvise(mmap.MADV_RANDOM)
+        self._bytes: memoryview | None = memoryview(self._mm)
         array = np.frombuffer(self._mm, dtype=np.uint8)
         self._base = array.ctypes.data
         with warnings.catch_warnings():
@@ -63,8 +70,13 @@ class MappedReader(RowReader):
         self._advice_blocks = max(1, MAX_ADVICE_BYTES // layout.block_bytes)
         self._advisor = RangeAdvisor()
         self._populate = supports(self._base, MADV_POPULATE_READ)
-        self.residency = ResidencyMap(layout, self._base)
+        self.residency = ResidencyMap(
+            layout, self._base, verified=checks.verified if checks is not None else None
+        )
         self.residency.start()
+        self._checker = (
+            ThreadPoolExecutor(1, thread_name_prefix="engram-check") if checks is not None else None
+        )
 
     def read_rows(self, ids: np.ndarray, out: torch.Tensor) -> None:
         size = os.fstat(self.fd).st_size
@@ -80,14 +92,19 @@ class MappedReader(RowReader):
             )
         assert self._rows_at is not None, "reader is closed"
         offsets = torch.from_numpy(self.layout.row_offsets(ids))
+        blocks = ids // self.layout.rows_per_block
+        todo = self.unverified(blocks)
         runs, iov = self._submit(ids)
         if runs.size == 0 or not self._populate:
+            self._check(todo)
             torch.index_select(self._rows_at, 0, offsets, out=out)
             return
         # Wait for (and map) the runs a slice at a time, copying out the rows below each
-        # slice's end while the reads of the later slices are still in flight.
-        blocks = ids // self.layout.rows_per_block
-        done = 0
+        # slice's end while the reads of the later slices are in flight. A slice's blocks
+        # are checked on the checker thread while this one waits for the next slice
+        # (the system call releases the GIL); its rows are copied once that is done.
+        done = checked = 0
+        pending: tuple[Future | None, int, int] | None = None
         for part in np.array_split(np.arange(len(runs)), min(PIPELINE_STEPS, len(runs))):
             self._advise(runs[part], iov[part], MADV_POPULATE_READ)
             self.residency.mark(expand_runs(runs[part]))
@@ -97,8 +114,33 @@ class MappedReader(RowReader):
                 if part[-1] == len(runs) - 1
                 else int(np.searchsorted(blocks, last[0] + last[1]))
             )
-            torch.index_select(self._rows_at, 0, offsets[done:end], out=out[done:end])
+            upto = int(np.searchsorted(todo, blocks[end - 1], side="right")) if end else 0
+            check = self._check_later(todo[checked:upto])
+            checked = upto
+            if pending is not None:
+                self._copy_out(*pending, offsets, out)
+            pending = (check, done, end)
             done = end
+        assert pending is not None
+        self._copy_out(*pending, offsets, out)
+
+    def _check_later(self, blocks: np.ndarray) -> Future | None:
+        if blocks.size == 0 or self._checker is None:
+            return None
+        if blocks.size < THREAD_CHECK_BLOCKS:
+            # NOTE: a handoff costs more than hashing a few hundred blocks here.
+            self._check(blocks)
+            return None
+        return self._checker.submit(self._check, blocks)
+
+    def _copy_out(
+        self, check: Future | None, lo: int, hi: int, offsets: torch.Tensor, out: torch.Tensor
+    ) -> None:
+        """Rows ``lo:hi`` into ``out``, once their blocks passed ``check``."""
+        if check is not None:
+            check.result()  # NOTE: raises EngramChecksumError before a row is copied
+        assert self._rows_at is not None, "reader is closed"
+        torch.index_select(self._rows_at, 0, offsets[lo:hi], out=out[lo:hi])
 
     def warm(self, ids: np.ndarray) -> None:
         """Fault the blocks of ``ids`` in (reading them from disk where needed)."""
@@ -106,6 +148,13 @@ class MappedReader(RowReader):
         if runs.size and self._populate:
             self._advise(runs, iov, MADV_POPULATE_READ)
             self.residency.mark(expand_runs(runs))
+            self._check(self.unverified(ids // self.layout.rows_per_block))
+
+    def _check(self, blocks: np.ndarray) -> None:
+        """Hash ``blocks`` (distinct, in memory now) that are not checked yet."""
+        if blocks.size and self.checks is not None:
+            assert self._bytes is not None, "reader is closed"
+            self.checks.check(self._bytes, blocks, blocks * self.layout.block_bytes)
 
     def _submit(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start reading the blocks of ``ids`` not known to be resident (MADV_WILLNEED);
@@ -156,7 +205,12 @@ class MappedReader(RowReader):
     def close(self) -> None:
         if self._rows_at is not None:
             self.residency.stop()
-            self._rows_at = None  # drop the last view so the mapping can close
+            if self._checker is not None:
+                self._checker.shutdown(wait=True)
+            self._rows_at = None  # drop the last views so the mapping can close
+            assert self._bytes is not None
+            self._bytes.release()
+            self._bytes = None
             self._mm.close()
             self._advisor.close()
         super().close()

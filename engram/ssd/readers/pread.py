@@ -2,7 +2,9 @@
 
 Runs of consecutive blocks (at most ``MAX_RUN_BLOCKS`` each) are read in batches of at
 most ``BATCH_BYTES``, each batch's runs spread over the pool's threads into one buffer,
-and the rows gathered from it. Nothing is mapped, so an I/O error or a short read (a
+and the rows gathered from it; each thread hashes the blocks not yet checked right
+after reading them (a block stays checked until the table drops its pages: this reader
+cannot see the kernel evict one). Nothing is mapped, so an I/O error or a short read (a
 shrunken file) is an ordinary error of the lookup. Page-cache hits still cost a system
 call and a copy of a whole block per block, which is why warm lookups are slower than
 ``mmap``.
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import TableLayout
 from engram.ssd.readers.base import RowReader, block_runs, row_window
@@ -30,8 +33,15 @@ BATCH_BYTES = 32 << 20
 class PreadReader(RowReader):
     name = "pread"
 
-    def __init__(self, path: Path, layout: TableLayout, *, threads: int = DEFAULT_THREADS):
-        super().__init__(path, layout)
+    def __init__(
+        self,
+        path: Path,
+        layout: TableLayout,
+        *,
+        checks: BlockChecks | None = None,
+        threads: int = DEFAULT_THREADS,
+    ):
+        super().__init__(path, layout, checks=checks)
         self._threads = threads
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="engram-pread")
 
@@ -86,6 +96,10 @@ class PreadReader(RowReader):
                 raise self._error(err.errno or errno.EIO, first, count, "reading") from err
             if got != want:
                 raise self._error(errno.EIO, first, count, f"(short read: {got} of {want} bytes)")
+            if self.checks is not None:  # on this pool thread, beside the other reads
+                blocks = np.arange(first, first + count)
+                todo = np.flatnonzero(~self.checks.verified[blocks])
+                self.checks.check(memory, blocks[todo], (slot + todo) * block)
 
     def _error(self, err: int, first: int, count: int, how: str) -> PageReadError:
         per = self.layout.pages_per_block

@@ -6,9 +6,14 @@ and a background *sweeper* keeps the map close to the truth: it walks the file w
 ``mincore`` a slice at a time (using at most ``duty`` of one core), marking blocks the
 page cache holds and clearing blocks the kernel evicted.
 
+With ``verified`` (the table's per-block checked flags, :mod:`engram.ssd.block_hashes`)
+a sweep also clears the flag of every block it finds evicted: its next copy comes from
+the disk and is checked again.
+
 NOTE: the map can be stale for up to one sweep. A block evicted since is faulted in
 again by the gather itself: correct, but one page at a time, and a disk error at that
-moment would be a SIGBUS. A block in the page cache is always safe to touch.
+moment would be a SIGBUS; a block still flagged checked then is not hashed again. A
+block in the page cache is always safe to touch.
 """
 
 from __future__ import annotations
@@ -27,10 +32,18 @@ DEFAULT_DUTY = 0.05
 
 
 class ResidencyMap:
-    def __init__(self, layout: TableLayout, base: int, *, duty: float = DEFAULT_DUTY):
+    def __init__(
+        self,
+        layout: TableLayout,
+        base: int,
+        *,
+        duty: float = DEFAULT_DUTY,
+        verified: np.ndarray | None = None,
+    ):
         self.layout = layout
         self._base = base
         self.resident = np.zeros(layout.num_blocks, dtype=bool)
+        self._verified = verified
         self._generation = 0  # bumped by forget(): sweeps that started before are void
         self._lock = threading.Lock()
         self._duty = duty
@@ -61,6 +74,8 @@ class ResidencyMap:
         with self._lock:
             self._generation += 1
             self.resident[:] = False
+            if self._verified is not None:
+                self._verified[:] = False
 
     def refresh(self) -> None:
         """One full sweep now (synchronous)."""
@@ -96,3 +111,5 @@ class ResidencyMap:
                 # flight may have looked uncached to mincore).
                 now = self.resident[first : first + count]
                 self.resident[first : first + count] = cached | (now & ~before)
+                if self._verified is not None:
+                    self._verified[first : first + count] &= self.resident[first : first + count]

@@ -16,7 +16,7 @@ from torch import nn
 
 from engram.spec import EngramSpec
 from engram.tables import EngramTable
-from sglang_engram import placement
+from sglang_engram import lookup_failures, placement
 from sglang_engram.config import EngramServerConfig
 
 # NOTE: the gate's |d| floor before the square root (reference §1.7).
@@ -88,7 +88,7 @@ class EngramBlock(nn.Module):
     def lookup(self, hash_ids: torch.Tensor) -> torch.Tensor:
         """bf16 rows ``[T, n_cols, head_dim]`` of this layer's hash ids ``[T, n_cols]``."""
         assert self.table is not None, f"Engram layer {self.layer_id}: table never loaded"
-        return self.table.lookup(hash_ids)
+        return lookup_failures.lookup(self.table, hash_ids)
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 0:

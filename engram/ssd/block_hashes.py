@@ -1,0 +1,128 @@
+"""Per-block hashes of an SSD table's data file, and checking blocks as they are read.
+
+A block (:mod:`engram.ssd.layout`: 4 KiB for rows up to a page wide) is what every read
+strategy reads, so it is the unit checked: ``blocks.xxh3`` beside ``rows.bin`` holds one
+little-endian xxh3-64 hash per block (8 bytes per 4 KiB, 0.2 % of the table), written
+with each chunk; the manifest records the digest of that file. xxh3 (the ``xxhash``
+package SGLang already installs) is used because at 4 KiB a call costs ~0.8 us against
+~2.8 us for ``zlib.crc32`` (13 vs 1.3 GB/s in bulk).
+
+A :class:`BlockChecks` belongs to one open table: it holds the expected hashes and a
+flag per block that is set once the block's bytes in memory were checked. A reader
+checks the blocks it needs whose flag is clear, after it has brought them in from the
+disk and before any row of them is copied out; a block whose flag is set costs nothing
+more. A flag is cleared when the kernel evicts the block from the page cache (the mmap
+reader's residency sweep notices) or the table drops its pages, since the next copy
+comes from the disk again.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from engram.errors import EngramTableError
+from engram.ssd.faults import EngramChecksumError
+from engram.ssd.layout import TableLayout
+
+HASH_NAME = "xxh3_64"
+HASHES_FILE = "blocks.xxh3"
+HASH_BYTES = 8
+
+_hash = xxhash.xxh3_64_intdigest
+
+
+def hash_blocks(buffer: memoryview, offsets: list[int], block_bytes: int) -> np.ndarray:
+    """xxh3-64 of the ``block_bytes`` bytes at each of ``offsets`` in ``buffer``."""
+    return np.fromiter(
+        (_hash(buffer[o : o + block_bytes]) for o in offsets), dtype=np.uint64, count=len(offsets)
+    )
+
+
+def chunk_hashes(chunk: bytes, block_bytes: int) -> np.ndarray:
+    """Hashes of the consecutive blocks of one chunk's bytes."""
+    return hash_blocks(memoryview(chunk), list(range(0, len(chunk), block_bytes)), block_bytes)
+
+
+def digest_of(hashes: np.ndarray) -> str:
+    """The digest of a table's block hashes that its manifest records."""
+    return xxhash.xxh3_128_hexdigest(hashes.astype("<u8", copy=False).tobytes())
+
+
+def read_hashes(directory: Path, layout: TableLayout, digest: str) -> np.ndarray:
+    """The block hashes of the table in ``directory``, checked against ``digest``."""
+    path = directory / HASHES_FILE
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise EngramTableError(f"SSD table block hashes {path} are unreadable: {err}") from err
+    if len(raw) != layout.num_blocks * HASH_BYTES:
+        raise EngramTableError(
+            f"SSD table block hashes {path} are {len(raw):,} bytes, the layout needs "
+            f"{layout.num_blocks * HASH_BYTES:,}"
+        )
+    hashes = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+    if digest_of(hashes) != digest:
+        raise EngramTableError(f"SSD table block hashes {path} do not match their digest")
+    return hashes
+
+
+class BlockChecks:
+    """Expected hashes and checked flags of the blocks of one table's data file."""
+
+    def __init__(self, data: Path, layout: TableLayout, expected: np.ndarray):
+        self.data = data
+        self.directory = data.parent
+        self.layout = layout
+        self.expected = expected
+        self.verified = np.zeros(layout.num_blocks, dtype=bool)
+        self.checked = 0  # blocks hashed so far (tests, diagnostics)
+        self._count_lock = threading.Lock()  # readers check from several threads
+
+    def unverified(self, blocks: np.ndarray) -> np.ndarray:
+        """The sorted distinct ``blocks`` (of sorted ``blocks``, repeats allowed) not yet
+        checked."""
+        if blocks.size == 0:
+            return blocks
+        first = np.empty(blocks.size, dtype=bool)
+        first[0] = True
+        np.not_equal(blocks[1:], blocks[:-1], out=first[1:])
+        distinct = blocks[first]
+        return distinct[~self.verified[distinct]]
+
+    def check(self, buffer: memoryview, blocks: np.ndarray, offsets: np.ndarray) -> None:
+        """Hash ``blocks`` (their bytes at ``offsets`` in ``buffer``); mark the ones that
+        match, raise :class:`EngramChecksumError` naming the first that does not."""
+        if blocks.size == 0:
+            return
+        got = hash_blocks(buffer, offsets.tolist(), self.layout.block_bytes)
+        with self._count_lock:
+            self.checked += blocks.size
+        good = got == self.expected[blocks]
+        self.verified[blocks[good]] = True
+        if not good.all():
+            self._fail(blocks[~good])
+
+    def forget(self) -> None:
+        self.verified[:] = False
+
+    def _fail(self, bad: np.ndarray) -> None:
+        layout = self.layout
+        block = int(bad[0])
+        chunk = block // layout.chunk_blocks
+        start = block * layout.block_bytes
+        more = ""
+        if bad.size > 1:
+            chunks = np.unique(bad // layout.chunk_blocks).tolist()
+            listed = ", ".join(map(str, chunks[:8])) + (", ..." if len(chunks) > 8 else "")
+            more = f"; {bad.size:,} damaged blocks here, in chunks {listed}"
+        raise EngramChecksumError(
+            f"SSD table {self.directory}: checksum mismatch in {self.data} "
+            f"chunk {chunk} (bytes {start:,}..{start + layout.block_bytes:,}, block {block:,}): "
+            f"the data on the disk is damaged{more}",
+            self.directory,
+            chunk,
+        )
