@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from test.cluster.util import free_block
-from test.serving.reference import agreement, load_reference, random_prompts, total
+from test.serving.reference import agreement_all, load_reference, random_prompts
 from test.serving.server import build_tiny_model, generate_ids
 
 pytestmark = pytest.mark.gpu
@@ -79,5 +79,5 @@ workers:
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=180)
-    got = total([agreement(reference, p, s, "both") for p, s in zip(prompts, served, strict=True)])
+    got = agreement_all(reference, prompts, served, "both")
     assert got.all_agree, got

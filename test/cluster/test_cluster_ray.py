@@ -27,7 +27,7 @@ import yaml
 from sglang_engram.kernel_standin import gpu_present
 
 from test.cluster.util import alive, spec_from_example, wait_for
-from test.serving.reference import agreement, load_reference, random_prompts, total
+from test.serving.reference import agreement_all, load_reference, random_prompts
 from test.serving.server import build_tiny_model, generate_ids
 
 # NOTE: the CPU engine's cluster, for machines without a GPU (where setup.sh installs
@@ -218,7 +218,7 @@ def _agreement(c: dict, n: int, max_new_tokens: int = 24):
         [t.join() for t in threads]
     assert sorted(served) == list(range(n)), "a request through the router failed"
     return {
-        regime: total([agreement(reference, prompts[i], served[i], regime) for i in range(n)])
+        regime: agreement_all(reference, prompts[:n], [served[i] for i in range(n)], regime)
         for regime in ("prefill_only", "both")
     }
 
