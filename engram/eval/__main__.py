@@ -16,7 +16,7 @@ from engram.model.builder import TRAINED_MODEL
 EVAL_PLACEMENTS = ("hbm", "dram", "ssd")
 
 
-def _samples(args: argparse.Namespace) -> tuple[object, list]:
+def _samples(args: argparse.Namespace) -> list:
     from engram.eval.loading import check_engram_model
     from engram.eval.samples import SampleOptions, load_documents, make_samples
     from engram.model.tokenizer import load_tokenizer
@@ -24,15 +24,15 @@ def _samples(args: argparse.Namespace) -> tuple[object, list]:
     opts = SampleOptions(args.prompt_frac, args.seq_len, args.max_samples)
     check_engram_model(args.model)
     tokenizer = load_tokenizer(args.model)
-    return tokenizer, make_samples(tokenizer, load_documents(args.data), opts)
+    return make_samples(tokenizer, load_documents(args.data), opts)
 
 
 def _ablate(args: argparse.Namespace) -> dict[str, object]:
-    tokenizer, samples = _samples(args)
+    samples = _samples(args)
     if args.url:
         from engram.eval.remote import remote_exact_match
 
-        result = remote_exact_match(args.url, tokenizer, samples, args.k, args.timeout)
+        result = remote_exact_match(args.url, samples, args.k, args.timeout)
     else:
         from engram.eval.ablate import ablate
         from engram.eval.loading import open_model
@@ -73,19 +73,31 @@ def parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser, seq_help: str) -> None:
         p.add_argument(
-            "--model", type=Path, default=TRAINED_MODEL,
+            "--model",
+            type=Path,
+            default=TRAINED_MODEL,
             help="model directory (default: the bundled trained tiny model)",
         )
         p.add_argument(
-            "--data", nargs="+", type=Path, metavar="FILE",
+            "--data",
+            nargs="+",
+            type=Path,
+            metavar="FILE",
             help="UTF-8 text files, one document each (default: the held-out split of the "
             "stdlib corpus the tiny model was trained on)",
         )
-        p.add_argument("--placement", choices=EVAL_PLACEMENTS, default="hbm",
-                       help="where the tables live (results are identical in every one)")
+        p.add_argument(
+            "--placement",
+            choices=EVAL_PLACEMENTS,
+            default="hbm",
+            help="where the tables live (results are identical in every one)",
+        )
         p.add_argument("--ssd-dir", type=Path, help="ssd placement files (default: a temp dir)")
-        p.add_argument("--device", default=default_device(),
-                       help="where the reference model runs (default: cuda when present)")
+        p.add_argument(
+            "--device",
+            default=default_device(),
+            help="where the reference model runs (default: cuda when present)",
+        )
         p.add_argument("--seq-len", type=int, default=128, help=seq_help)
         p.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
 
@@ -98,14 +110,20 @@ def parser() -> argparse.ArgumentParser:
         "a PD deployment whose decode runs --engram-offload off), at the continuation's only "
         "(decode_only), nowhere (none). Teacher-forced bits/token of the continuation and "
         "greedy exact match of its first K tokens. With --url, the same prompts go to a "
-        "running server or PD router (OpenAI completions API, greedy) scored by exact match.",
+        "running server or PD router (SGLang's /generate with token ids, greedy) scored by "
+        "exact match.",
     )
     common(abl, "tokens per segment (default 128, the training length)")
-    abl.add_argument("--prompt-frac", type=float, default=0.5,
-                     help="share of each segment that is prompt, inside (0, 1) (default 0.5)")
+    abl.add_argument(
+        "--prompt-frac",
+        type=float,
+        default=0.5,
+        help="share of each segment that is prompt, inside (0, 1) (default 0.5)",
+    )
     abl.add_argument("--k", type=int, default=8, help="exact-match length (default 8)")
-    abl.add_argument("--max-samples", type=int, default=200,
-                     help="segments scored, evenly spread (default 200)")
+    abl.add_argument(
+        "--max-samples", type=int, default=200, help="segments scored, evenly spread (default 200)"
+    )
     abl.add_argument("--url", help="score a running server's greedy completions instead")
     abl.add_argument("--timeout", type=float, default=120.0, help="seconds per request (--url)")
     abl.set_defaults(func=_ablate)
@@ -120,10 +138,15 @@ def parser() -> argparse.ArgumentParser:
     )
     common(scan, "tokens per segment (default 128)")
     scan.add_argument("--top", type=int, default=20, help="n-grams listed per layer (20)")
-    scan.add_argument("--min-count", type=int, default=5,
-                      help="only n-grams seen at least this often (default 5)")
-    scan.add_argument("--max-segments", type=int, default=400,
-                      help="segments scanned, evenly spread (default 400)")
+    scan.add_argument(
+        "--min-count", type=int, default=5, help="only n-grams seen at least this often (default 5)"
+    )
+    scan.add_argument(
+        "--max-segments",
+        type=int,
+        default=400,
+        help="segments scanned, evenly spread (default 400)",
+    )
     scan.set_defaults(func=_gate_scan)
     return top
 

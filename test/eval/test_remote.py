@@ -1,5 +1,6 @@
-"""engram.eval ablate --url against a stand-in for the GPU server (a process answering the
-OpenAI completions API greedily with the reference model)."""
+"""engram.eval ablate --url against a stand-in server (a process answering SGLang's
+``/generate`` greedily with the reference model); the real PD deployment is in
+``test/serving/test_pd.py``."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from engram.eval.remote import remote_exact_match
 def standin(model_dir, *flags: str) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "test.eval.standin_server", str(model_dir), *flags],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
@@ -42,20 +44,31 @@ def _own_continuations(model, n: int, k: int) -> list[Sample]:
 
 
 @pytest.mark.slow
-def test_url_mode_scores_what_the_deployment_decodes(tiny, tiny_dir, tokenizer):
+def test_url_mode_scores_what_the_deployment_decodes(tiny, tiny_dir):
     k = 6
     samples = [s for s in _own_continuations(tiny, 5, k) if len(s.continuation) == k]
     local = ablate(tiny, samples, k).regimes
     assert local["both"].exact_match == 1.0
     with standin(tiny_dir) as url:
-        assert remote_exact_match(url, tokenizer, samples, k).exact_match == 1.0
+        assert remote_exact_match(url, samples, k).exact_match == 1.0
     with standin(tiny_dir, "--decode-engram", "off") as url:
-        pd_off = remote_exact_match(url, tokenizer, samples, k).exact_match
+        pd_off = remote_exact_match(url, samples, k).exact_match
     assert pd_off == local["prefill_only"].exact_match
     assert set(REGIMES) == set(local)
 
 
 def test_unreachable_url_is_one_clear_line(tiny_dir):
     with pytest.raises(SystemExit, match=r"^error: cannot reach http://127\.0\.0\.1:9 "):
-        main(["ablate", "--model", str(tiny_dir), "--url", "http://127.0.0.1:9",
-              "--data", __file__, "--max-samples", "2"])
+        main(
+            [
+                "ablate",
+                "--model",
+                str(tiny_dir),
+                "--url",
+                "http://127.0.0.1:9",
+                "--data",
+                __file__,
+                "--max-samples",
+                "2",
+            ]
+        )
