@@ -120,6 +120,47 @@ def sglang_server(
         stop(proc)
 
 
+def router_command(port: int, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warn",
+        # NOTE: every router's Prometheus exporter binds port 29000 unless told otherwise
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(free_port()),
+        *args,
+    ]
+
+
+@contextlib.contextmanager
+def sglang_router(*args: str, log: Path, timeout_s: float = 300) -> Iterator[str]:
+    """``python -m sglang_router.launch_router`` (the real sglang-router) on a free port with
+    ``args`` (e.g. ``--pd-disaggregation --prefill URL BOOTSTRAP --decode URL``); yields its
+    base URL once its ``/health`` answers 200 (its workers are then healthy too)."""
+    port = free_port()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            router_command(port, *args),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, log, timeout_s)
+        yield url
+    finally:
+        stop(proc)
+
+
 def post(url: str, path: str, body: dict, timeout: float = 300) -> tuple[int, dict]:
     """(HTTP status, JSON body) of a POST; error statuses are returned, not raised."""
     req = urllib.request.Request(
