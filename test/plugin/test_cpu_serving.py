@@ -37,9 +37,9 @@ def _pd(model_dir: str, role: str, *extra: str) -> list[str]:
     return ["--model-path", model_dir, "--disaggregation-mode", role, *extra]
 
 
-def test_cpu_decode_worker_keeps_no_retraction_backup(parse, model_dir):
+def test_cpu_decode_worker_backs_up_retracted_requests_in_host_tensors(parse, model_dir):
     args = parse(_pd(model_dir, "decode", "--device", "cpu"))
-    assert args.disaggregation_decode_retraction_backup == "none"
+    assert args.disaggregation_decode_retraction_backup == "cpu_tensor"
     assert EARLY_SEND_VAR not in os.environ  # a decode worker sends nothing
 
 

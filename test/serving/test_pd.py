@@ -55,6 +55,10 @@ TRANSFER = ("--disaggregation-transfer-backend", "mooncake_tcp")
 # NOTE: three servers start at once on a shared 2-core machine; one alone takes ~60 s.
 START_S = 1800
 NEW_TOKENS = 24
+# NOTE: the decode-dram server's KV pool is small enough for a few concurrent requests to
+# outgrow it (and reserves next to nothing per request at admission), so SGLang retracts
+# some of them; one request of the other tests fits many times over.
+DECODE_DRAM_KV = ("--max-total-tokens", "384", "--num-reserved-decode-tokens", "4")
 ROWS = "sglang:engram_rows_requested_total"
 
 
@@ -88,7 +92,7 @@ def pd(tiny, tmp_path_factory) -> Iterator[Deployment]:
     servers = {
         "prefill": (*prefill, "--engram-offload", "dram"),
         "decode_off": (*decode, "--engram-offload", "off"),
-        "decode_dram": (*decode, "--engram-offload", "dram"),
+        "decode_dram": (*decode, "--engram-offload", "dram", *DECODE_DRAM_KV),
     }
     with contextlib.ExitStack() as stack:
         # NOTE: the servers start side by side (each waits on its own health check);
@@ -237,6 +241,27 @@ def test_concurrent_requests_through_both_routers_agree(pd, reference):
         served = list(pool.map(lambda job: generate_ids(job[0], job[2], NEW_TOKENS), jobs))
     for (_, regime, prompt), tokens in zip(jobs, served, strict=True):
         assert agreement(reference, prompt, tokens, regime).all_agree, regime
+
+
+def test_retracted_decode_requests_resume_and_agree(pd, reference):
+    """Six requests growing to ~540 tokens in a 384-token pool: the decode server
+    retracts some, keeps their KV (``cpu_tensor``, the CPU engine's default here) and
+    resumes them; each completes and still agrees (its history is seeded again)."""
+    rng = random.Random()
+    vocab = reference.config.vocab_size
+    prompts = [[rng.randrange(8, vocab) for _ in range(30)] for _ in range(6)]
+    sampling = {"temperature": 0.0, "max_new_tokens": 60, "ignore_eos": True}
+
+    def send(prompt: list[int]) -> tuple[int, dict]:
+        return post(pd.router_dram, "/generate", {"input_ids": prompt, "sampling_params": sampling})
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        replies = list(pool.map(send, prompts))
+    assert [status for status, _ in replies] == [200] * len(prompts), replies
+    assert sum(reply["meta_info"]["num_retractions"] for _, reply in replies) > 0
+    served = [reply["output_ids"] for _, reply in replies]
+    both = _agreement(reference, prompts, served, "both")
+    assert both.all_agree, both
 
 
 def test_a_bad_request_through_the_router_is_a_4xx_and_the_deployment_serves_on(pd, reference):
