@@ -73,13 +73,15 @@ def launch_command(model: Path, port: int, *args: str) -> list[str]:
     ]
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
+def wait_healthy(
+    url: str, proc: subprocess.Popen, log: Path, timeout_s: float, path: str = "/health"
+) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited ({proc.returncode}): {log.read_text()[-3000:]}")
         with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+            with urllib.request.urlopen(f"{url}{path}", timeout=5) as r:
                 if r.status == 200:
                     return
         if time.monotonic() > deadline:
@@ -144,7 +146,8 @@ def router_command(port: int, *args: str) -> list[str]:
 def sglang_router(*args: str, log: Path, timeout_s: float = 300) -> Iterator[str]:
     """``python -m sglang_router.launch_router`` (the real sglang-router) on a free port with
     ``args`` (e.g. ``--pd-disaggregation --prefill URL BOOTSTRAP --decode URL``); yields its
-    base URL once its ``/health`` answers 200 (its workers are then healthy too)."""
+    base URL once its ``/readiness`` answers 200 (its workers are healthy; ``/health`` only
+    says the router is up)."""
     port = free_port()
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -155,7 +158,7 @@ def sglang_router(*args: str, log: Path, timeout_s: float = 300) -> Iterator[str
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc, log, timeout_s)
+        wait_healthy(url, proc, log, timeout_s, path="/readiness")
         yield url
     finally:
         stop(proc)
