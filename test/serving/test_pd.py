@@ -111,8 +111,9 @@ def pd(tiny, tmp_path_factory) -> Iterator[Deployment]:
 
         def router(decode: str) -> str:
             args = ("--pd-disaggregation", "--prefill", urls["prefill"], bootstrap)
+            log = logs / f"router-{decode}.log"
             return stack.enter_context(
-                sglang_router(*args, "--decode", urls[decode], log=logs / f"router-{decode}.log")
+                sglang_router(*args, "--decode", urls[decode], log=log, timeout_s=START_S)
             )
 
         yield Deployment(**urls, router_off=router("decode_off"), router_dram=router("decode_dram"))
