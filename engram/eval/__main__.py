@@ -16,7 +16,7 @@ from engram.model.builder import TRAINED_MODEL
 EVAL_PLACEMENTS = ("hbm", "dram", "ssd")
 
 
-def _samples(args: argparse.Namespace) -> tuple[object, list]:
+def _samples(args: argparse.Namespace) -> list:
     from engram.eval.loading import check_engram_model
     from engram.eval.samples import SampleOptions, load_documents, make_samples
     from engram.model.tokenizer import load_tokenizer
@@ -24,17 +24,15 @@ def _samples(args: argparse.Namespace) -> tuple[object, list]:
     opts = SampleOptions(args.prompt_frac, args.seq_len, args.max_samples)
     check_engram_model(args.model)
     tokenizer = load_tokenizer(args.model)
-    return tokenizer, make_samples(tokenizer, load_documents(args.data), opts)
+    return make_samples(tokenizer, load_documents(args.data), opts)
 
 
 def _ablate(args: argparse.Namespace) -> dict[str, object]:
-    tokenizer, samples = _samples(args)
+    samples = _samples(args)
     if args.url:
         from engram.eval.remote import remote_exact_match
 
-        result = remote_exact_match(
-            args.url, tokenizer, samples, args.k, args.timeout, show_progress=True
-        )
+        result = remote_exact_match(args.url, samples, args.k, args.timeout, show_progress=True)
     else:
         from engram.eval.ablate import ablate
         from engram.eval.loading import open_model
@@ -110,7 +108,8 @@ def parser() -> argparse.ArgumentParser:
         "a PD deployment whose decode runs --engram-offload off), at the continuation's only "
         "(decode_only), nowhere (none). Teacher-forced bits/token of the continuation and "
         "greedy exact match of its first K tokens. With --url, the same prompts go to a "
-        "running server or PD router (OpenAI completions API, greedy) scored by exact match.",
+        "running server or PD router (SGLang's /generate with token ids, greedy) scored by "
+        "exact match.",
     )
     common(abl, "tokens per segment (default 128, the training length)")
     abl.add_argument(

@@ -1,8 +1,11 @@
 """``ablate --url``: the same samples completed greedily by a running server.
 
 The server is whatever the user deploys (one SGLang server with Engram on or off, or a PD
-cluster through its router); it is reached through the OpenAI-compatible completions API
-with the prompt as token ids, so both sides see exactly the same prompt tokens.
+deployment through the sglang-router); it is reached through SGLang's native
+``/generate`` with the prompt as token ids, which one server and the router in PD mode
+both answer (the router's OpenAI routes take text prompts only), so both sides see
+exactly the same prompt tokens and the served token ids are compared with the
+continuation's.
 """
 
 from __future__ import annotations
@@ -39,51 +42,55 @@ class RemoteScore:
         )
 
 
-def served_model(url: str, timeout: float) -> str:
-    """The first model id ``/v1/models`` lists ("default" when the route is missing);
-    one clear error when nothing answers at ``url``."""
+def check_reachable(url: str, timeout: float) -> None:
+    """One GET of ``/health`` (a server and the router both answer it), so that a wrong URL
+    is one line before any progress is shown."""
     try:
-        resp = requests.get(f"{url}/v1/models", timeout=timeout)
+        requests.get(f"{url}/health", timeout=timeout)
     except requests.RequestException as exc:
         raise EngramInputError(
             f"cannot reach {url} ({type(exc).__name__}): is the server or router running?"
         ) from exc
-    try:
-        resp.raise_for_status()
-        return str(resp.json()["data"][0]["id"])
-    except (requests.RequestException, ValueError, KeyError, IndexError):
-        return "default"
 
 
-def complete(url: str, model: str, prompt: list[int], max_tokens: int, timeout: float) -> str:
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
+def complete(url: str, prompt: list[int], max_new_tokens: int, timeout: float) -> list[int]:
+    """The server's greedy continuation of ``prompt`` (token ids; it stops after eos, as
+    the reference model's ``generate`` does)."""
+    body = {
+        "input_ids": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens},
+    }
     try:
-        resp = requests.post(f"{url}/v1/completions", json=body, timeout=timeout)
-        resp.raise_for_status()
-        return str(resp.json()["choices"][0]["text"])
+        resp = requests.post(f"{url}/generate", json=body, timeout=timeout)
     except requests.RequestException as exc:
-        raise EngramInputError(f"completion request to {url} failed: {exc}") from exc
-    except (ValueError, KeyError, IndexError) as exc:
-        raise EngramInputError(f"{url} answered /v1/completions without choices[0].text") from exc
+        raise EngramInputError(
+            f"cannot reach {url} ({type(exc).__name__}): is the server or router running?"
+        ) from exc
+    if resp.status_code != 200:
+        raise EngramInputError(
+            f"{url}/generate answered {resp.status_code}: {resp.text.strip()[:300]}"
+        )
+    try:
+        return [int(t) for t in resp.json()["output_ids"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EngramInputError(f"{url}/generate answered without output_ids") from exc
 
 
 def remote_exact_match(
     url: str,
-    tokenizer: object,
     samples: Sequence[Sample],
     k: int,
     timeout: float = 120.0,
     show_progress: bool = False,
 ) -> RemoteScore:
     """Share of samples whose greedy completion of ``k`` tokens (fewer when the
-    continuation is shorter) is the reference continuation's text."""
+    continuation is shorter) is the reference continuation."""
     url = url.rstrip("/")
-    model = served_model(url, timeout)
+    check_reachable(url, timeout)
     matches = 0
     with progress_bar(len(samples), "ablate --url", unit="request", show=show_progress) as bar:
         for sample in samples:
             n = min(k, len(sample.continuation))
-            want = tokenizer.decode(sample.continuation[:n])  # type: ignore[attr-defined]
-            matches += complete(url, model, sample.prompt, n, timeout) == want
+            matches += complete(url, sample.prompt, n, timeout) == sample.continuation[:n]
             bar.update()
     return RemoteScore(url, matches / len(samples), len(samples), k)

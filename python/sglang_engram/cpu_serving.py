@@ -43,9 +43,14 @@ def adjust_for_cpu(server_args: Any) -> list[str]:
     changed = []
     role = getattr(server_args, "disaggregation_mode", "null")
     if role == "decode" and server_args.disaggregation_decode_retraction_backup is None:
-        # the default host_pool pins a host KV pool with cudaHostRegister
-        server_args.disaggregation_decode_retraction_backup = "none"
-        changed.append("--disaggregation-decode-retraction-backup none (host_pool pins with CUDA)")
+        # NOTE: the default resolves to host_pool, a host KV pool pinned with
+        # cudaHostRegister. cpu_tensor keeps a retracted request's KV in host tensors (a
+        # plain copy on the CPU engine) and resumes it; "none" would answer it 503, and
+        # the router's retries of those 503s open its circuit breaker on the pairing.
+        server_args.disaggregation_decode_retraction_backup = "cpu_tensor"
+        changed.append(
+            "--disaggregation-decode-retraction-backup cpu_tensor (host_pool pins with CUDA)"
+        )
     if role == "prefill" and EARLY_SEND_VAR not in os.environ:
         # the early send of a prefix-cache hit records a torch.cuda.Event
         os.environ[EARLY_SEND_VAR] = "0"

@@ -1,6 +1,7 @@
-"""Stand-in for a GPU SGLang server (SGLang cannot serve on a CPU): the OpenAI-compatible
-``/v1/models`` and ``/v1/completions`` routes answered greedily by the core library's
-reference model, with the Engram layers on or off per phase as a deployment would run them.
+"""Stand-in for an SGLang server: its native ``/generate`` (token ids in, token ids out)
+answered greedily by the core library's reference model, with the Engram layers on or off
+per phase as a deployment would run them (the real PD deployment is tested in
+``test/serving/test_pd.py``).
 
     python -m test.eval.standin_server MODEL_DIR [--decode-engram off]
 
@@ -34,27 +35,18 @@ def serve(model_dir: str, prefill_engram: bool, decode_engram: bool) -> None:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802
-            if self.path != "/v1/models":
-                self.send_error(404)
-                return
-            self._reply({"object": "list", "data": [{"id": "standin-tiny", "object": "model"}]})
-
         def do_POST(self) -> None:  # noqa: N802
-            if self.path != "/v1/completions":
+            if self.path != "/generate":
                 self.send_error(404)
                 return
             req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            prompt = req["prompt"]
-            ids = prompt if isinstance(prompt, list) else tokenizer.encode(prompt).ids
             new = model.generate(
-                ids,
-                int(req.get("max_tokens", 16)),
+                req["input_ids"],
+                int(req["sampling_params"].get("max_new_tokens", 16)),
                 prefill_engram=prefill_engram,
                 decode_engram=decode_engram,
             )
-            self._reply({"object": "text_completion",
-                         "choices": [{"index": 0, "text": tokenizer.decode(new)}]})
+            self._reply({"text": tokenizer.decode(new), "output_ids": new})
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     print(f"port {server.server_address[1]}", flush=True)

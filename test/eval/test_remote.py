@@ -1,5 +1,6 @@
-"""engram.eval ablate --url against a stand-in for the GPU server (a process answering the
-OpenAI completions API greedily with the reference model)."""
+"""engram.eval ablate --url against a stand-in server (a process answering SGLang's
+``/generate`` greedily with the reference model); the real PD deployment is in
+``test/serving/test_pd.py``."""
 
 from __future__ import annotations
 
@@ -43,15 +44,15 @@ def _own_continuations(model, n: int, k: int) -> list[Sample]:
 
 
 @pytest.mark.slow
-def test_url_mode_scores_what_the_deployment_decodes(tiny, tiny_dir, tokenizer):
+def test_url_mode_scores_what_the_deployment_decodes(tiny, tiny_dir):
     k = 6
     samples = [s for s in _own_continuations(tiny, 5, k) if len(s.continuation) == k]
     local = ablate(tiny, samples, k).regimes
     assert local["both"].exact_match == 1.0
     with standin(tiny_dir) as url:
-        assert remote_exact_match(url, tokenizer, samples, k).exact_match == 1.0
+        assert remote_exact_match(url, samples, k).exact_match == 1.0
     with standin(tiny_dir, "--decode-engram", "off") as url:
-        pd_off = remote_exact_match(url, tokenizer, samples, k).exact_match
+        pd_off = remote_exact_match(url, samples, k).exact_match
     assert pd_off == local["prefill_only"].exact_match
     assert set(REGIMES) == set(local)
 

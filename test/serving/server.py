@@ -73,13 +73,15 @@ def launch_command(model: Path, port: int, *args: str) -> list[str]:
     ]
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
+def wait_healthy(
+    url: str, proc: subprocess.Popen, log: Path, timeout_s: float, path: str = "/health"
+) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited ({proc.returncode}): {log.read_text()[-3000:]}")
         with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+            with urllib.request.urlopen(f"{url}{path}", timeout=5) as r:
                 if r.status == 200:
                     return
         if time.monotonic() > deadline:
@@ -115,6 +117,48 @@ def sglang_server(
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, log, timeout_s)
+        yield url
+    finally:
+        stop(proc)
+
+
+def router_command(port: int, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warn",
+        # NOTE: every router's Prometheus exporter binds port 29000 unless told otherwise
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(free_port()),
+        *args,
+    ]
+
+
+@contextlib.contextmanager
+def sglang_router(*args: str, log: Path, timeout_s: float = 300) -> Iterator[str]:
+    """``python -m sglang_router.launch_router`` (the real sglang-router) on a free port with
+    ``args`` (e.g. ``--pd-disaggregation --prefill URL BOOTSTRAP --decode URL``); yields its
+    base URL once its ``/readiness`` answers 200 (its workers are healthy; ``/health`` only
+    says the router is up)."""
+    port = free_port()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            router_command(port, *args),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, log, timeout_s, path="/readiness")
         yield url
     finally:
         stop(proc)
