@@ -14,7 +14,8 @@ Comparison runs of Engram placements, layouts and GPUs.
       `python -m sglang.benchmark.serving`; one line per point in DIR/results.jsonl
   report RESULTS.jsonl... --out DIR [--costs FILE] [--at TOK_S_USER ...]
       merge results files (e.g. one per machine), group by sku/config, and write
-      report.md, summary.json, tput_per_gpu.png and tokens_per_dollar.png
+      report.md, summary.json, tput_per_device.png (per GPU; per host for CPU points)
+      and tokens_per_dollar.png (groups with a price; CPUs only from --costs)
 """
 
 
@@ -34,7 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="frontiers, tokens per dollar and charts")
     report.add_argument("results", nargs="+", type=Path, help="results.jsonl files")
     report.add_argument("--out", required=True, type=Path, help="report directory")
-    report.add_argument("--costs", type=Path, help="YAML overriding the shipped $/GPU-hour")
+    report.add_argument(
+        "--costs",
+        type=Path,
+        help="YAML overriding the shipped $/GPU-hour (usd_per_gpu_hour) or pricing CPU hosts "
+        "(usd_per_cpu_hour)",
+    )
     report.add_argument("--note", help="a line printed on the charts and in report.md")
     report.add_argument(
         "--at",

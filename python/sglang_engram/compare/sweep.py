@@ -42,7 +42,15 @@ from sglang_engram.compare.workloads import BENCH_MODULE, bench_args, expected_r
 
 Say = Callable[[str], None]
 # Kept in the raw output only: the server's own report and the per-request details.
-RAW_ONLY = {"server_info", "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"}
+RAW_ONLY = {
+    "server_info",
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "generated_texts",
+    "errors",
+}
 
 
 class SweepError(RuntimeError):
@@ -128,13 +136,17 @@ def _run_config(
                 say(f"starting {cfg.name} ({cfg.kind})")
                 try:
                     target = deployment.start()
-                    sku = facts.detect_sku(target.sku or spec.sku)
+                    hardware = _hardware(spec, target)
                 except (DeploymentError, facts.UnknownGpu) as exc:
                     deployment.stop()
-                    say(f"error: {exc}" if cfg.name in str(exc) else f"error: config {cfg.name}: {exc}")
+                    say(
+                        f"error: {exc}"
+                        if cfg.name in str(exc)
+                        else f"error: config {cfg.name}: {exc}"
+                    )
                     progress.skip(len(points) - i)
                     return failures + len(points) - i
-            row = run_point(spec, cfg, target, sku, c, out, deployment)
+            row = run_point(spec, cfg, target, hardware, c, out, deployment)
             row.update(context)
             append_result(out / RESULTS, row)
             progress.point(row)
@@ -152,7 +164,7 @@ def run_point(
     spec: SweepSpec,
     cfg: ConfigSpec,
     target: Target,
-    sku: str,
+    hardware: facts.Hardware,
     concurrency: int,
     out: Path,
     deployment: Deployment,
@@ -164,6 +176,7 @@ def run_point(
     output.unlink(missing_ok=True)  # NOTE: the benchmark appends; a killed try may be there
     started = time.monotonic()
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    load = os.getloadavg()[0]  # NOTE: a shared machine's other work shows up here
     before = scrape(target.metrics_urls)
     argv = [sys.executable, "-m", BENCH_MODULE]
     argv += bench_args(spec, target.url, concurrency, str(output))
@@ -193,9 +206,7 @@ def run_point(
         status="failed" if error else "ok",
         error=error,
         placement=target.placement,
-        sku=sku,
-        vendor=facts.vendor_of(sku),
-        num_gpus=target.num_gpus,
+        **hardware.as_row(),
         max_concurrency=concurrency,
         num_prompts=expected,
         workload=spec.workload.describe(),
@@ -203,12 +214,20 @@ def run_point(
         url=target.url,
         started_at=when,
         wall_s=round(time.monotonic() - started, 3),
+        load_avg_1m=round(load, 2),
         raw={"output": str(output.relative_to(out)), "log": str(log.relative_to(out))},
         engram=point_counters(
             before, after, float((summary or {}).get("total_output_tokens", 0)), target.placement
         ),
     )
     return row
+
+
+def _hardware(spec: SweepSpec, target: Target) -> facts.Hardware:
+    override = target.sku or spec.sku
+    if spec.device == "cpu":
+        return facts.cpu_hardware(override, target.hosts, local=target.local)
+    return facts.gpu_hardware(override, target.num_gpus)
 
 
 def _run_bench(argv: list[str], log: Path, timeout_s: float) -> int | None:
@@ -245,6 +264,8 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
-        f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s")
     )
