@@ -1,5 +1,6 @@
 """Fixtures of the comparison-run tests: the tiny model's tokenizer as a model folder
-(the benchmark's --tokenizer, offline) and stand-in servers."""
+(the benchmark's --tokenizer, offline), the sweeps' environment and stand-in servers
+(fixed timing; real servers are started by the sweeps themselves)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def free_port() -> int:
 
 @pytest.fixture
 def standin() -> Iterator[Callable[..., str]]:
-    """Start stand-in servers (``standin(ttft_ms=.., itl_ms=..)`` -> URL); all stop after."""
+    """Start stand-in servers (``standin(ttft_ms=.., itl_ms=..)`` -> URL) with a fixed
+    inter-token delay; all stop after."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(*extra: str, **opts: float) -> str:
