@@ -1,8 +1,11 @@
 """``ablate --url``: the same samples completed greedily by a running server.
 
-The server is whatever the user deploys (one SGLang server with Engram on or off, or a PD
-cluster through its router); it is reached through the OpenAI-compatible completions API
-with the prompt as token ids, so both sides see exactly the same prompt tokens.
+The server is whatever the user deploys; it is reached through the OpenAI-compatible
+completions API with the prompt as token ids, so both sides see exactly the same prompt
+tokens. Its score is the local regime it decodes as: one SGLang server with Engram
+(``--engram-offload hbm|dram|ssd``) is ``both``, one started with ``off`` is ``none``,
+and a PD router whose decode workers run ``off`` is ``prefill_only`` (up to the ties a
+server's bf16 kernels break the other way).
 """
 
 from __future__ import annotations

@@ -32,10 +32,14 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def offline_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """The environment sweeps run in: no hub access, our tree first on the path."""
+    """The environment sweeps run in: no hub access, one OpenMP thread, our tree first
+    on the path."""
     root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join([str(root), str(root / "sgl-kernel"), str(root / "python")])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # NOTE: one OpenMP thread per server: two, bound to both cores of a busy 2-core
+    # machine, make each decode step wait for whatever else runs (10-20x slower).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", path + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return dict(os.environ)
 

@@ -62,7 +62,7 @@ def _servers(model: Path, logs: Path, *offloads: str) -> Iterator[list[str]]:
                 argv = launch_command(model, port, "--engram-offload", offload, "--sleep-on-idle")
                 procs.append((subprocess.Popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                    env=server_env(),
+                    env={**server_env(), "OMP_NUM_THREADS": "1"},  # see test/compare/conftest.py
                 ), log))  # fmt: skip
             urls.append(f"http://127.0.0.1:{port}")
         for url, (proc, log) in zip(urls, procs, strict=True):
