@@ -6,6 +6,10 @@ deployment through the sglang-router); it is reached through SGLang's native
 both answer (the router's OpenAI routes take text prompts only), so both sides see
 exactly the same prompt tokens and the served token ids are compared with the
 continuation's.
+Its score is the local regime it decodes as: one SGLang server with Engram
+(``--engram-offload hbm|dram|ssd``) is ``both``, one started with ``off`` is ``none``,
+and a PD router whose decode workers run ``off`` is ``prefill_only`` (up to the ties a
+server's bf16 kernels break the other way).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Fixtures of the comparison-run tests: the tiny model's tokenizer as a model folder
-(the benchmark's --tokenizer, offline) and stand-in servers."""
+(the benchmark's --tokenizer, offline), the sweeps' environment and stand-in servers
+(fixed timing; real servers are started by the sweeps themselves)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,14 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def offline_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """The environment sweeps run in: no hub access, our tree first on the path."""
+    """The environment sweeps run in: no hub access, one OpenMP thread, our tree first
+    on the path."""
     root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join([str(root), str(root / "sgl-kernel"), str(root / "python")])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # NOTE: one OpenMP thread per server: two, bound to both cores of a busy 2-core
+    # machine, make each decode step wait for whatever else runs (10-20x slower).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", path + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return dict(os.environ)
 
@@ -47,7 +52,8 @@ def free_port() -> int:
 
 @pytest.fixture
 def standin() -> Iterator[Callable[..., str]]:
-    """Start stand-in servers (``standin(ttft_ms=.., itl_ms=..)`` -> URL); all stop after."""
+    """Start stand-in servers (``standin(ttft_ms=.., itl_ms=..)`` -> URL) with a fixed
+    inter-token delay; all stop after."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(*extra: str, **opts: float) -> str:

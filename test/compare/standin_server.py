@@ -1,14 +1,13 @@
-"""GPU STAND-IN for an SGLang server in the CPU tests of ``sglang_engram.compare``.
+"""STAND-IN for an SGLang server in the sweep tests of ``sglang_engram.compare``, for
+what a real server cannot be made to do: hold a fixed inter-token delay (known TPOT and
+Engram counters to check the sweep and the report against) and die mid-point on purpose.
 
-SGLang cannot serve on a CPU, so the comparison-run tests benchmark this process
-instead. It speaks what ``python -m sglang.benchmark.serving`` and the sweep use:
-``/health``, ``/v1/models``, ``/model_info``, ``/server_info``, streaming ``/generate``
-(the native backend: cumulative text with ``meta_info.completion_tokens``) and streaming
-``/v1/chat/completions`` (multi-turn), each token paced by a configured time to first
-token and inter-token delay (plus, optionally, a delay per request in flight, so that
-concurrency trades speed per user for throughput), each token due at a fixed time after
-the one before so the delays do not drift. ``/metrics`` serves ``sglang:engram_*`` counters that advance per
-generated token: ``ROWS_PER_TOKEN`` rows requested, half of them unique, each unique
+It speaks what ``python -m sglang.benchmark.serving`` and the sweep use: ``/health``,
+``/v1/models``, ``/model_info``, ``/server_info`` and streaming ``/generate`` (the native
+backend: cumulative text with ``meta_info.completion_tokens``), each token paced by a
+configured time to first token and inter-token delay, each due at a fixed time after
+the one before so the delays do not drift. ``/metrics`` serves ``sglang:engram_*``
+counters that advance per generated token: ``ROWS_PER_TOKEN`` rows requested, half of them unique, each unique
 row read from the placement's tier except a quarter served by the "hbm" hot cache.
 
 ``--die-after N`` ends the process (exit 1, no goodbye) when request N+1 arrives, as a
@@ -44,9 +43,6 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--ttft-ms", type=float, default=20.0)
     p.add_argument("--itl-ms", type=float, default=10.0)
-    p.add_argument(
-        "--itl-per-active-ms", type=float, default=0.0, help="added per request in flight"
-    )
     p.add_argument("--die-after", type=int, default=0, help="requests served before dying")
     args, _ = p.parse_known_args()
     return args
@@ -54,7 +50,7 @@ def _parse() -> argparse.Namespace:
 
 ARGS = _parse()
 LOCK = threading.Lock()
-STATE = {"requests": 0, "rows": 0.0, "active": 0}
+STATE = {"requests": 0, "rows": 0.0}
 
 
 def _count_request() -> None:
@@ -68,12 +64,6 @@ def _count_request() -> None:
 def _count_token() -> None:
     with LOCK:
         STATE["rows"] += ROWS_PER_TOKEN
-
-
-def _active(delta: int) -> int:
-    with LOCK:
-        STATE["active"] += delta
-        return STATE["active"]
 
 
 def _metrics() -> str:
@@ -133,49 +123,31 @@ class Api(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        if self.path == "/generate":
-            prompt = req.get("input_ids") or req.get("text", "").split()
-            budget = int(req.get("sampling_params", {}).get("max_new_tokens", 16))
-            return self._stream(len(prompt), budget, chat=False)
-        if self.path == "/v1/chat/completions":
-            words = sum(len(str(m.get("content", "")).split()) for m in req.get("messages", []))
-            return self._stream(words, int(req.get("max_completion_tokens", 16)), chat=True)
-        return self._send(b'{"error": "no route"}', code=404)
-
-    def _stream(self, prompt_len: int, budget: int, chat: bool) -> None:
+        if self.path != "/generate":
+            return self._send(b'{"error": "no route"}', code=404)
         start = time.monotonic()
         _count_request()
+        prompt = req.get("input_ids") or req.get("text", "").split()
+        budget = int(req.get("sampling_params", {}).get("max_new_tokens", 16))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        _active(1)
-        try:
-            self._tokens(start, prompt_len, budget, chat)
-        finally:
-            _active(-1)
-        if chat:
-            usage = {"prompt_tokens": prompt_len, "completion_tokens": budget}
-            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
-
-    def _tokens(self, start: float, prompt_len: int, budget: int, chat: bool) -> None:
         text = ""
         due = start + ARGS.ttft_ms / 1000
         for k in range(1, budget + 1):
             if k > 1:
-                due += (ARGS.itl_ms + ARGS.itl_per_active_ms * _active(0)) / 1000
+                due += ARGS.itl_ms / 1000
             time.sleep(max(0.0, due - time.monotonic()))
-            word = f"w{k} "
-            text += word
+            text += f"w{k} "
             _count_token()
-            if chat:
-                chunk = {"choices": [{"index": 0, "delta": {"content": word}}]}
-            else:
-                meta = {"prompt_tokens": prompt_len, "completion_tokens": k}
-                chunk = {"text": text, "meta_info": meta}
+            chunk = {
+                "text": text,
+                "meta_info": {"prompt_tokens": len(prompt), "completion_tokens": k},
+            }
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
 
 
 class Server(ThreadingHTTPServer):

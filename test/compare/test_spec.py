@@ -1,5 +1,5 @@
-"""Sweep specs: what they accept, the one-line errors for what they do not, and the
-benchmark arguments each workload becomes."""
+"""Sweep specs: what they accept, the one-line errors for what they do not, the
+benchmark arguments each workload becomes and the server arguments of a CPU sweep."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sglang_engram.compare.deployments import CPU_SERVER_ARGS, LaunchDeployment
 from sglang_engram.compare.spec import SweepSpecError, load_sweep_spec, parse_sweep_spec
 from sglang_engram.compare.workloads import bench_args, expected_requests
 
@@ -27,10 +28,30 @@ def _base(**kw) -> dict:
     return spec
 
 
-@pytest.mark.parametrize("name", ["sweep-placements.yaml", "sweep-pd.yaml"])
+@pytest.mark.parametrize("name", ["sweep-placements.yaml", "sweep-pd.yaml", "sweep-cpu.yaml"])
 def test_examples_load(name: str) -> None:
     spec = load_sweep_spec(EXAMPLES / name)
     assert spec.configs and spec.workload.kind == "fixed"
+    assert spec.device == ("cpu" if "cpu" in name else "gpu")
+
+
+def test_cpu_example_sweeps_three_placements_at_two_concurrencies() -> None:
+    spec = load_sweep_spec(EXAMPLES / "sweep-cpu.yaml")
+    assert spec.model == "models/tiny-engram" and len(spec.concurrency) >= 2
+    offloads = {c.launch.engram_offload for c in spec.configs if c.launch}
+    assert {"dram", "ssd", "off"} <= offloads
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"], ids=["cpu-sweep", "gpu-sweep"])
+def test_cpu_sweeps_start_servers_on_the_cpu_engine(device: str, tmp_path: Path) -> None:
+    extra = ["--max-total-tokens", str(random.randint(1024, 8192))]
+    spec = parse_sweep_spec(
+        _base(device=device, configs=[{"name": "a", "launch": {"extra_args": extra}}])
+    )
+    args = LaunchDeployment(spec.configs[0], spec, tmp_path).server_args(port=1234)
+    text = " ".join(args)
+    assert (" ".join(CPU_SERVER_ARGS) in text) == (device == "cpu")
+    assert args[-2:] == extra  # after the CPU arguments, so a config's own value wins
 
 
 @pytest.mark.parametrize(
@@ -42,7 +63,11 @@ def test_examples_load(name: str) -> None:
         ({"configs": [{"name": "a", "launch": {"engram_offlod": "dram"}}]},
          ["configs[a].launch.engram_offlod", "did you mean 'engram_offload'"]),
         ({"configs": [{"name": "x", "launch": {}, "url": "http://h:1"}]}, ["configs[x]", "exactly one"]),
-        ({"configs": [{"name": "r", "url": "http://h:1"}]}, ["configs[r]", "num_gpus"]),
+        ({"configs": [{"name": "r", "url": "http://h:1", "placement": "dram"}]}, ["configs[r]", "num_gpus"]),
+        ({"device": "cpu", "configs": [{"name": "c", "url": "http://h:1", "num_gpus": 1,
+          "placement": "dram"}]}, ["configs[c]", "cpu sweep", "no num_gpus"]),
+        ({"configs": [{"name": "p", "url": "http://h:1", "num_gpus": 1}]}, ["configs[p]", "placement"]),
+        ({"device": "tpu"}, ["device", "'gpu' or 'cpu'"]),
         ({"configs": [{"name": "s", "launch": {"engram_offload": "ssd"}}]}, ["configs[s]", "engram_ssd_dir"]),
         ({"configs": [{"name": "t", "launch": {"tp_size": 0}}]}, ["configs[t].launch.tp_size"]),
         ({"configs": [{"name": "d", "launch": {}}, {"name": "d", "url": "http://h:1",

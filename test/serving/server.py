@@ -53,6 +53,10 @@ def server_env() -> dict[str, str]:
     env = os.environ.copy()
     if not gpu_present():
         env["SGLANG_USE_CPU_ENGINE"] = "1"
+        # NOTE: one OpenMP thread per server: with two bound to both cores of a 2-core
+        # machine, a decode step waits on whatever else runs (other servers of the same
+        # test, the router), 10-20x slower and erratic.
+        env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
 

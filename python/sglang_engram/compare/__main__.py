@@ -25,7 +25,8 @@ Comparison runs of Engram placements, layouts and GPUs.
       same sweep (configs and concurrencies may be added)
   report RESULTS.jsonl... --out DIR [--costs FILE] [--at TOK_S_USER ...]
       merge results files (e.g. one per machine), group by sku/config, and write
-      report.md, summary.json, tput_per_gpu.png and tokens_per_dollar.png
+      report.md, summary.json, tput_per_device.png (per GPU; per host for CPU points)
+      and tokens_per_dollar.png (groups with a price; CPUs only from --costs)
 """
 
 
@@ -55,7 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("results", nargs="+", type=existing_file, help="results.jsonl files")
     report.add_argument("--out", required=True, type=directory, help="report directory")
     report.add_argument(
-        "--costs", type=existing_file, help="YAML overriding the shipped $/GPU-hour (default: none)"
+        "--costs",
+        type=existing_file,
+        help="YAML overriding the shipped $/GPU-hour (usd_per_gpu_hour) or pricing CPU hosts "
+        "(usd_per_cpu_hour)",
     )
     report.add_argument("--note", help="a line printed on the charts and in report.md")
     report.add_argument(

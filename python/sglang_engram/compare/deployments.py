@@ -4,7 +4,8 @@ by someone else). Each gives a :class:`Target`: the URL the benchmark sends to, 
 GPU it uses, its placement and the servers whose ``/metrics`` carry Engram counters.
 
 The server command is ``python -m sglang.launch_server``; ``SERVER_CMD_ENV`` replaces
-it (shell words), as the CPU tests do to start a stand-in for the GPU server.
+it (shell words), as the tests do to start a stand-in server that dies on purpose. On a
+``device: cpu`` sweep a launch config's server runs on SGLang's CPU engine.
 """
 
 from __future__ import annotations
@@ -20,12 +21,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import requests
 import yaml
 
 from sglang_engram.compare.spec import ConfigSpec, SweepSpec
+from sglang_engram.cpu_serving import CPU_ENGINE_VAR
 
 SERVER_CMD_ENV = "SGLANG_ENGRAM_COMPARE_SERVER_CMD"
+# NOTE: a small KV pool (SGLang's CPU engine would size it at ~72 % of free host
+# memory and take ~30 s to allocate it) and no scheduler busy-polling while idle (half
+# a core each otherwise). A --max-total-tokens in a config's extra_args comes later, so
+# it wins.
+CPU_SERVER_ARGS = ("--device", "cpu", "--max-total-tokens", "32768", "--sleep-on-idle")
 CLUSTER = [sys.executable, "-m", "sglang_engram.cluster"]
 
 
@@ -36,10 +44,12 @@ class DeploymentError(RuntimeError):
 @dataclass(frozen=True)
 class Target:
     url: str
-    num_gpus: int
+    num_gpus: int  # 0 on a cpu sweep
     placement: str
     metrics_urls: tuple[str, ...]
     sku: str | None = None  # stated by a url config; else detected
+    hosts: int = 1  # machines the servers run on (what a CPU point's throughput is per)
+    local: bool = True  # the servers run on this host (its CPU cores are theirs)
 
 
 class Deployment:
@@ -52,9 +62,9 @@ class Deployment:
 
     def start(self) -> Target:
         c = self.config
-        assert c.url is not None and c.num_gpus is not None and c.placement is not None
+        assert c.url is not None and c.placement is not None
         metrics = tuple(c.metrics_urls) or (c.url,)
-        return Target(c.url.rstrip("/"), c.num_gpus, c.placement, metrics, c.sku)
+        return Target(c.url.rstrip("/"), c.num_gpus or 0, c.placement, metrics, c.sku, local=False)
 
     def dead(self) -> str | None:
         """Why the deployment can no longer serve, or None."""
@@ -67,14 +77,14 @@ class Deployment:
             _stop_group(self.proc, signal.SIGTERM, 60)
             self.proc = None
 
-    def _spawn(self, argv: list[str]) -> None:
+    def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             log.write(f"\n$ {shlex.join(argv)}\n".encode())
             log.flush()
             # NOTE: its own session, so stopping it also stops the schedulers it forks.
             self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
             )
 
     def _wait_ready(self, url: str, timeout_s: float) -> None:
@@ -105,9 +115,11 @@ class LaunchDeployment(Deployment):
         assert a is not None
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
-        self._spawn([*server_command(), *self.server_args(port)])
+        cpu = self.spec.device == "cpu"
+        env = {**os.environ, CPU_ENGINE_VAR: "1"} if cpu else None
+        self._spawn([*server_command(), *self.server_args(port)], env)
         self._wait_ready(url + "/health", a.startup_timeout_s)
-        gpus = a.tp_size * _flag_int(a.extra_args, ("--dp-size", "--dp"), 1)
+        gpus = 0 if cpu else a.tp_size * _flag_int(a.extra_args, ("--dp-size", "--dp"), 1)
         return Target(url, gpus, a.engram_offload, (url,), self.config.sku)
 
     def server_args(self, port: int) -> list[str]:
@@ -123,6 +135,8 @@ class LaunchDeployment(Deployment):
             args += ["--engram-hot-cache-gb", str(a.engram_hot_cache_gb)]
         if a.engram_ram_cache_gb is not None:
             args += ["--engram-ram-cache-gb", str(a.engram_ram_cache_gb)]
+        if self.spec.device == "cpu":
+            args += CPU_SERVER_ARGS
         return [*args, "--enable-metrics", *a.extra_args]
 
 
@@ -141,7 +155,9 @@ class ClusterDeployment(Deployment):
         roles = dict.fromkeys(f"{w['role']}:{w['engram_offload']}" for w in workers)
         gpus = sum(int(w["gpus"]) for w in workers)
         metrics = tuple(w["url"].rstrip("/") for w in workers)
-        return Target(router, gpus, "+".join(roles), metrics, self.config.sku)
+        hosts = {w["host"] for w in workers}
+        local = all(_is_local(h) for h in hosts)
+        return Target(router, gpus, "+".join(roles), metrics, self.config.sku, len(hosts), local)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -199,16 +215,19 @@ def _stop_group(
     except ProcessLookupError:
         proc.wait()
         return True
+    stopped = False
     try:
         proc.wait(timeout_s)
         stopped = True
     except subprocess.TimeoutExpired:
-        stopped = False
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers left in the group
-    except ProcessLookupError:
         pass
-    proc.wait()
+    finally:
+        # NOTE: also when a second Ctrl-C cuts the wait short: nothing outlives the sweep.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # stragglers left in the group
+        except ProcessLookupError:
+            pass
+        proc.wait()
     return stopped
 
 
@@ -216,6 +235,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _is_local(host: str) -> bool:
+    if host in ("127.0.0.1", "localhost", socket.gethostname()):
+        return True
+    return any(a.address == host for addrs in psutil.net_if_addrs().values() for a in addrs)
 
 
 def _flag_int(args: list[str], names: tuple[str, ...], default: int) -> int:

@@ -1,16 +1,21 @@
-"""What a point ran on: the GPU (SKU, vendor), the software and the host.
+"""What a point ran on: the hardware (SKU, vendor, devices), the software and the host.
 
-The SKU is read from the local GPU's name (``nvidia-smi`` / ``rocm-smi``, else
-``torch.cuda.get_device_name``) and matched against :data:`SKUS`; a spec's or config's
-``sku`` overrides it (a url config runs on someone else's machine).
+On a GPU the SKU is read from the local GPU's name (``nvidia-smi`` / ``rocm-smi``, else
+``torch.cuda.get_device_name``) and matched against :data:`SKUS`. On a CPU (a sweep
+with ``device: cpu``) it is the CPU's model name (``/proc/cpuinfo``, else ``platform``),
+the vendor is ``"cpu"`` and the one device is the host. A spec's or config's ``sku``
+overrides either (a url config runs on someone else's machine).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import platform
 import re
 import shutil
 import subprocess
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,7 @@ SKUS: tuple[tuple[str, str], ...] = (
     ("MI300X", "amd"),
 )
 VENDORS = dict(SKUS)
+CPU_VENDOR = "cpu"
 
 
 class UnknownGpu(RuntimeError):
@@ -87,6 +93,57 @@ def detect_sku(override: str | None) -> str:
     return sku
 
 
+@dataclass(frozen=True)
+class Hardware:
+    """What one point ran on, as recorded in its ``results.jsonl`` line."""
+
+    device: str  # "gpu" | "cpu"
+    sku: str
+    vendor: str  # "nvidia" | "amd" | "cpu"
+    num_gpus: int
+    # NOTE: what throughput is divided by: the GPUs, or on a CPU the hosts (one for a
+    # launch config), never zero.
+    num_devices: int
+    cpu_cores: int | None  # CPU: the cores the servers could use (None: not known here)
+
+    def as_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gpu_hardware(override: str | None, num_gpus: int) -> Hardware:
+    sku = detect_sku(override)
+    return Hardware("gpu", sku, vendor_of(sku), num_gpus, num_gpus, None)
+
+
+def cpu_hardware(override: str | None, hosts: int = 1, *, local: bool = True) -> Hardware:
+    """The CPU as the hardware: ``hosts`` machines; cores counted where it runs here."""
+    sku = override or sku_from_cpu_name(local_cpu_name())
+    return Hardware("cpu", sku, CPU_VENDOR, 0, hosts, usable_cores() if local else None)
+
+
+def sku_from_cpu_name(name: str) -> str:
+    """A CPU model name without trademarks, core count and clock: "Intel Xeon Platinum 8488C"."""
+    name = re.sub(r"\((R|TM)\)|\bCPU\b|@.*$|\b\d+-Core Processor\b", " ", name, flags=re.I)
+    return " ".join(name.replace("/", " ").split()) or "CPU"
+
+
+@functools.cache
+def local_cpu_name() -> str:
+    cpuinfo = _read("/proc/cpuinfo") or ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model") and value.strip():
+            return value.strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # NOTE: not on every platform
+        return os.cpu_count() or 1
+
+
 def software() -> dict[str, Any]:
     facts: dict[str, Any] = {
         "sglang": _version("sglang"),
@@ -120,6 +177,8 @@ def host() -> dict[str, Any]:
         "hugepage_size_kib": meminfo.get("Hugepagesize", 0) // 1024,
         "transparent_hugepages": re.sub(r".*\[(\w+)\].*", r"\1", thp) if thp else None,
         "gpu_name": local_gpu_name(),
+        "cpu_name": local_cpu_name(),
+        "cpu_cores": usable_cores(),
     }
 
 

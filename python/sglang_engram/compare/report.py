@@ -1,6 +1,12 @@
 """``report``: merge results files, group by ``sku/config``, frontiers, values at
 target interactivities, ratios and dominance; writes ``report.md``, ``summary.json``
-and the two PNG charts."""
+and the PNG charts.
+
+Throughput is per device: per GPU, or on a CPU point per host (the machine the CPU
+server ran on, all its cores). Tokens per dollar needs the device's price: a GPU SKU
+without one is an error, a CPU without one (none is shipped) has no tokens per dollar,
+and the tokens-per-dollar chart is left out when no group has one.
+"""
 
 from __future__ import annotations
 
@@ -19,16 +25,34 @@ from sglang_engram.compare.results import ResultsError, check_measured, numbered
 DOMINANCE_AXIS = "tokens_per_dollar"
 
 
+def num_devices(row: dict[str, Any]) -> int:
+    """What a point's throughput is divided by (rows older than ``num_devices`` ran on
+    GPUs and counted them in ``num_gpus``)."""
+    n = row.get("num_devices", row.get("num_gpus"))
+    if not n:
+        raise ValueError(f"point {row['config']} C={row['max_concurrency']} names no devices")
+    return int(n)
+
+
 def point_of(row: dict[str, Any], costs: Costs) -> Point:
-    tput_per_gpu = row["total_throughput"] / row["num_gpus"]
+    devices = num_devices(row)
     dram = (row.get("engram") or {}).get("table_bytes", {}).get("dram", 0.0)
-    hourly = costs.deployment_hour(row["sku"], row["num_gpus"], dram)
+    hourly = costs.deployment_hour(row.get("device", "gpu"), row["sku"], devices, dram)
     return Point(
         interactivity=1000.0 / row["p90_tpot_ms"],
-        tput_per_gpu=tput_per_gpu,
-        tokens_per_dollar=row["total_throughput"] * 3600.0 / hourly,
+        tput_per_device=row["total_throughput"] / devices,
+        tokens_per_dollar=None if hourly is None else row["total_throughput"] * 3600.0 / hourly,
         max_concurrency=int(row["max_concurrency"]),
     )
+
+
+def hardware_label(g: dict[str, Any]) -> str:
+    """The group's hardware in words: "CPU AMD EPYC, 2 cores" or "4 x H200"."""
+    if g["device"] == "cpu":
+        hosts = f"{g['num_devices']} hosts" if (g["num_devices"] or 1) > 1 else None
+        cores = f"{g['cpu_cores']} cores" if g.get("cpu_cores") else None
+        return ", ".join([f"CPU {g['sku']}", *filter(None, [hosts, cores])])
+    return f"{g['num_gpus']} x {g['sku']}"
 
 
 def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> dict[str, Any]:
@@ -40,9 +64,12 @@ def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> 
             {
                 "sku": row["sku"],
                 "vendor": row.get("vendor"),
+                "device": row.get("device", "gpu"),
                 "config": row["config"],
                 "placement": row.get("placement"),
                 "num_gpus": row.get("num_gpus"),
+                "num_devices": row.get("num_devices", row.get("num_gpus")),
+                "cpu_cores": row.get("cpu_cores"),
                 "failed": 0,
                 "_points": [],
             },
@@ -52,6 +79,7 @@ def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> 
         else:
             g["_points"].append(point_of(row, costs))
     for g in groups.values():
+        g["hardware"] = hardware_label(g)
         points = sorted(g.pop("_points"), key=lambda p: p.max_concurrency)
         front = frontier(points)
         g["points"] = len(points)
@@ -61,7 +89,7 @@ def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> 
         g["interactivity_range"] = [min(xs), max(xs)] if xs else None
         g["at"] = {
             f"{x:g}": {
-                "tput_per_gpu": value_at(front, x, "tput_per_gpu"),
+                "tput_per_device": value_at(front, x, "tput_per_device"),
                 "tokens_per_dollar": value_at(front, x, "tokens_per_dollar"),
             }
             for x in at
@@ -76,19 +104,14 @@ def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> 
                 "at": x,
                 "a": a,
                 "b": b,
-                **{k: _ratio(va[k], vb[k]) for k in ("tput_per_gpu", "tokens_per_dollar")},
+                **{k: _ratio(va[k], vb[k]) for k in ("tput_per_device", "tokens_per_dollar")},
             }
         )
-    dominance = [
-        {
-            "a": a,
-            "b": b,
-            "dominated_share": dominated_share(
-                groups[a]["_pts"], groups[b]["_pts"], DOMINANCE_AXIS
-            ),
-        }
-        for a, b in itertools.permutations(names, 2)
-    ]
+    dominance = []
+    for a, b in itertools.permutations(names, 2):
+        axis = _dominance_axis(groups[a], groups[b])
+        share = dominated_share(groups[a]["_pts"], groups[b]["_pts"], axis) if axis else None
+        dominance.append({"a": a, "b": b, "dominated_share": share, "axis": axis})
     for g in groups.values():
         del g["_pts"]
     return {
@@ -96,9 +119,9 @@ def build_summary(rows: list[dict[str, Any]], costs: Costs, at: list[float]) -> 
         "groups": {n: groups[n] for n in names},
         "ratios": ratios,
         "dominance": dominance,
-        "dominance_axes": ["interactivity", DOMINANCE_AXIS],
         "costs": {
-            "usd_per_gpu_hour": {s: costs.usd_per_gpu_hour.get(s) for s in _skus(groups)},
+            "usd_per_gpu_hour": {s: costs.usd_per_gpu_hour.get(s) for s in _skus(groups, "gpu")},
+            "usd_per_cpu_hour": {s: costs.usd_per_cpu_hour.get(s) for s in _skus(groups, "cpu")},
             "usd_per_dram_gib_hour": costs.usd_per_dram_gib_hour,
             "source": costs.source,
             "date": costs.date,
@@ -115,7 +138,8 @@ def write_report(
         for line, row in numbered_results(path):
             if row.get("status", "ok") == "ok":
                 check_measured(row, f"{path}:{line}")
-                costs.gpu_hour(row["sku"])  # NOTE: an unknown SKU fails before anything is written
+                # NOTE: an unknown GPU SKU fails before anything is written
+                costs.device_hour(row.get("device", "gpu"), row["sku"])
             rows.append(row)
     if not rows:
         raise ResultsError(f"no points in {', '.join(map(str, results))}")
@@ -124,41 +148,73 @@ def write_report(
     summary["note"] = note
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "summary.json", json.dumps(summary, indent=2))
-    plots = {
-        "tput_per_gpu": plot(summary, "tput_per_gpu", out / "tput_per_gpu.png",
-                             "Throughput per GPU vs interactivity"),
-        "tokens_per_dollar": plot(summary, "tokens_per_dollar", out / "tokens_per_dollar.png",
-                                  "Tokens per dollar vs interactivity"),
-    }  # fmt: skip
+    plots = {"tput_per_device": plot(summary, "tput_per_device", out / "tput_per_device.png")}
+    (out / "tokens_per_dollar.png").unlink(missing_ok=True)  # NOTE: never a stale chart
+    if priced_groups(summary):
+        plots["tokens_per_dollar"] = plot(
+            summary, "tokens_per_dollar", out / "tokens_per_dollar.png"
+        )
     atomic_write(out / "report.md", render_markdown(summary, plots))
     return summary
 
 
+def priced_groups(summary: dict[str, Any]) -> list[str]:
+    """Groups with tokens per dollar (a point measured on priced hardware)."""
+    return [
+        name
+        for name, g in summary["groups"].items()
+        if any(p["tokens_per_dollar"] is not None for p in g["all_points"])
+    ]
+
+
 def render_markdown(summary: dict[str, Any], plots: dict[str, Path]) -> str:
     c = summary["costs"]
+    groups = summary["groups"]
+    unpriced = [n for n in groups if n not in priced_groups(summary)]
+    gpu_prices = ", ".join(f"{k} {v}" for k, v in c["usd_per_gpu_hour"].items())
+    cpu_prices = ", ".join(f"{k} {v}" for k, v in c["usd_per_cpu_hour"].items() if v)
     lines = [
         "# Comparison report",
         "",
         *([f"**{summary['note']}**", ""] if summary.get("note") else []),
         f"Inputs: {', '.join(summary.get('inputs', []))}",
         "",
-        "Interactivity = 1000 / P90 TPOT (tok/s/user); tput/GPU = total tok/s / every GPU "
-        "of the deployment; tokens/$ = total tok/s x 3600 / deployment $ per hour.",
-        f"Costs ($/GPU-hour): {', '.join(f'{k} {v}' for k, v in c['usd_per_gpu_hour'].items())}"
-        f"; host DRAM ${c['usd_per_dram_gib_hour']}/GiB-hour. Source: {c['source']} "
-        f"({c['date']}).",
+        f"Hardware: {', '.join(sorted({g['hardware'] for g in groups.values()}))}.",
+        "",
+        "Interactivity = 1000 / P90 TPOT (tok/s/user); tput/device = total tok/s / every "
+        "device of the deployment (a GPU; on a CPU the host, all its cores); tokens/$ = "
+        "total tok/s x 3600 / deployment $ per hour.",
+        *([f"Costs ($/GPU-hour): {gpu_prices}."] if gpu_prices else []),
+        *([f"Costs ($/CPU host-hour, from --costs): {cpu_prices}."] if cpu_prices else []),
+        *(
+            [
+                f"Host DRAM ${c['usd_per_dram_gib_hour']}/GiB-hour. Source: {c['source']} "
+                f"({c['date']})."
+            ]
+            if gpu_prices or cpu_prices
+            else []
+        ),
+        *(
+            [
+                "",
+                f"No price for {', '.join(unpriced)}: tokens per dollar left out (a CPU "
+                "is priced only by `usd_per_cpu_hour` in a --costs file).",
+            ]
+            if unpriced
+            else []
+        ),
         "",
         "## Groups",
         "",
-        "| group | placement | GPUs | points | failed | best tput/GPU | best tokens/$ (M) |",
+        "| group | hardware | placement | points | failed | best tput/device | best tokens/$ (M) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, g in summary["groups"].items():
+    for name, g in groups.items():
         pts = g["all_points"]
-        best_t = max((p["tput_per_gpu"] for p in pts), default=None)
-        best_d = max((p["tokens_per_dollar"] for p in pts), default=None)
+        best_t = max((p["tput_per_device"] for p in pts), default=None)
+        best_d = max((p["tokens_per_dollar"] or 0.0 for p in pts), default=None) or None
         lines.append(
-            f"| {name} | {g['placement']} | {g['num_gpus']} | {g['points']} | {g['failed']} "
+            f"| {name} | {g['hardware']} | {g['placement']} | {g['points']} | {g['failed']} "
             f"| {_num(best_t)} | {_num(best_d, 1e-6)} |"
         )
     for x in summary["at"]:
@@ -167,48 +223,56 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, Path]) -> str:
             "",
             f"## At {key} tok/s/user (on the frontier, PCHIP; - outside the measured range)",
             "",
-            "| group | tput/GPU | tokens/$ (M) |",
+            "| group | tput/device | tokens/$ (M) |",
             "|---|---|---|",
         ]
-        for name, g in summary["groups"].items():
+        for name, g in groups.items():
             v = g["at"][key]
             lines.append(
-                f"| {name} | {_num(v['tput_per_gpu'])} | {_num(v['tokens_per_dollar'], 1e-6)} |"
+                f"| {name} | {_num(v['tput_per_device'])} | {_num(v['tokens_per_dollar'], 1e-6)} |"
             )
-        rs = [r for r in summary["ratios"] if r["at"] == x and r["tokens_per_dollar"]]
         if gap := outside_notes(summary, x):
             lines += ["", gap]
+        rs = [
+            r
+            for r in summary["ratios"]
+            if r["at"] == x and (r["tput_per_device"] or r["tokens_per_dollar"])
+        ]
         if rs:
-            lines += ["", "| A / B | tput/GPU | tokens/$ |", "|---|---|---|"]
+            lines += ["", "| A / B | tput/device | tokens/$ |", "|---|---|---|"]
             lines += [
-                f"| {r['a']} / {r['b']} | {_num(r['tput_per_gpu'], 1, 2)} "
+                f"| {r['a']} / {r['b']} | {_num(r['tput_per_device'], 1, 2)} "
                 f"| {_num(r['tokens_per_dollar'], 1, 2)} |"
                 for r in rs
             ]
     lines += [
         "",
         "## Dominance (share of A's points for which some point of B has both higher "
-        "interactivity and more tokens per dollar)",
+        "interactivity and more tokens per dollar; between unpriced groups on the same "
+        "hardware, more throughput per device)",
         "",
-        "| A | B | dominated share |",
-        "|---|---|---|",
-        *(f"| {d['a']} | {d['b']} | {_num(d['dominated_share'], 1, 2)} |" for d in summary["dominance"]),
+        "| A | B | dominated share | by |",
+        "|---|---|---|---|",
+        *(f"| {d['a']} | {d['b']} | {_num(d['dominated_share'], 1, 2)} | {d['axis'] or '-'} |"
+          for d in summary["dominance"]),
         "",
         "## Frontiers",
     ]  # fmt: skip
-    for name, g in summary["groups"].items():
+    for name, g in groups.items():
         lines += [
             "",
             f"### {name}",
             "",
-            "| concurrency | interactivity | tput/GPU | tokens/$ (M) |",
+            "| concurrency | interactivity | tput/device | tokens/$ (M) |",
             "|---|---|---|---|",
         ]
         lines += [
-            f"| {p['max_concurrency']} | {p['interactivity']:.1f} | {_num(p['tput_per_gpu'])} "
+            f"| {p['max_concurrency']} | {p['interactivity']:.1f} | {_num(p['tput_per_device'])} "
             f"| {_num(p['tokens_per_dollar'], 1e-6)} |"
             for p in g["frontier"]
         ]
+    if "tokens_per_dollar" not in plots:
+        lines += ["", "No tokens-per-dollar chart: no group has a price."]
     lines += ["", *(f"![{axis}]({path.name})" for axis, path in plots.items()), ""]
     return "\n".join(lines)
 
@@ -219,7 +283,7 @@ def outside_notes(summary: dict[str, Any], x: float) -> str | None:
     key = f"{x:g}"
     out = []
     for name, g in summary["groups"].items():
-        if g["at"][key]["tokens_per_dollar"] is not None:
+        if g["at"][key]["tput_per_device"] is not None:
             continue
         span = g.get("interactivity_range")
         out.append(
@@ -234,12 +298,23 @@ def outside_notes(summary: dict[str, Any], x: float) -> str | None:
     )
 
 
+def _dominance_axis(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Per dollar where both groups are priced; per device between unpriced groups on
+    the same hardware (one price would scale both alike); else none."""
+    pts = [*a["_pts"], *b["_pts"]]
+    if all(p.tokens_per_dollar is not None for p in pts):
+        return DOMINANCE_AXIS
+    if a["hardware"] == b["hardware"]:
+        return "tput_per_device"
+    return None
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _skus(groups: dict[str, dict[str, Any]]) -> list[str]:
-    return sorted({g["sku"] for g in groups.values()})
+def _skus(groups: dict[str, dict[str, Any]], device: str) -> list[str]:
+    return sorted({g["sku"] for g in groups.values() if g["device"] == device})
 
 
 def _num(v: float | None, scale: float = 1.0, digits: int = 1) -> str:

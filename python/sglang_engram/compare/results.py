@@ -17,7 +17,7 @@ RESULTS = "results.jsonl"
 # What every line holds, and the numbers a measured ("ok") point holds; each number is
 # finite and at least its minimum (a latency or throughput below 0 is no measurement).
 KEYS = ("config", "sku", "max_concurrency")
-MEASURED = {"num_gpus": 1, "total_throughput": 0.0, "p90_tpot_ms": 0.0}
+MEASURED = {"num_devices": 1, "total_throughput": 0.0, "p90_tpot_ms": 0.0}
 _FIX = "fix or delete that line"
 
 
@@ -71,6 +71,8 @@ def numbered_results(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
 def check_measured(row: dict[str, Any], where: str) -> None:
     """Refuse a measured point whose numbers no measurement gives (negative, NaN, inf)."""
     for key, least in MEASURED.items():
+        if key == "num_devices" and key not in row:
+            key = "num_gpus"  # NOTE: rows older than num_devices ran on GPUs only
         value = row.get(key)
         if value is None and key == "p90_tpot_ms":
             continue  # NOTE: no TPOT at all: the point counts as failed

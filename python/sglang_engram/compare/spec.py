@@ -9,6 +9,11 @@
       - {name: pd, cluster: pd-cluster.yaml}
       - {name: remote, url: "http://10.0.0.5:30000", num_gpus: 8, sku: H200, placement: dram}
 
+``device: cpu`` (default ``gpu``) runs the sweep on SGLang's CPU engine: every ``launch``
+config's server gets ``deployments.CPU_SERVER_ARGS`` and ``SGLANG_USE_CPU_ENGINE=1``, a
+``cluster`` config's spec says ``device: cpu`` itself, and the hardware recorded is the
+CPU (a url config then states no ``num_gpus``).
+
 Every mistake is one :class:`SweepSpecError` line naming the key at fault.
 """
 
@@ -122,8 +127,8 @@ class ConfigSpec(_Strict):
             raise ValueError(f"give exactly one of launch, cluster or url (got {given or 'none'})")
         if self.url is not None:
             _check_url(self.url)
-        if self.url is not None and (self.num_gpus is None or self.placement is None):
-            raise ValueError("a url config states num_gpus and placement (and sku if mixed)")
+        if self.url is not None and self.placement is None:
+            raise ValueError("a url config states its placement (and sku if mixed)")
         if self.url is None and self.num_gpus is not None:
             raise ValueError("num_gpus is known for launch and cluster configs; drop it")
         return self
@@ -148,6 +153,7 @@ class SweepSpec(_Strict):
     model: str
     tokenizer: str | None = None
     sku: str | None = None  # overrides detection for launch and cluster configs
+    device: Literal["gpu", "cpu"] = "gpu"
     workload: Workload
     concurrency: list[int] = Field(min_length=1)
     prompts_per_concurrency: int = Field(10, gt=0)
@@ -168,6 +174,14 @@ class SweepSpec(_Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"config names repeat: {', '.join(dupes)}")
+        for c in self.configs:
+            if c.url is not None and (c.num_gpus is None) == (self.device == "gpu"):
+                why = (
+                    "must state num_gpus"
+                    if self.device == "gpu"
+                    else ("of a cpu sweep states no num_gpus (its device is the host)")
+                )
+                raise ValueError(f"configs[{c.name}]: a url config {why}")
         return self
 
     @property
@@ -198,6 +212,8 @@ def parse_sweep_spec(
         loc, msg, more = first_error(exc, SweepSpec)
         where = _config_name(data, loc) or ".".join(str(p) for p in loc) or "(top level)"
         msg += f" (and {more} more)" if more else ""
+        if not loc and msg.startswith("configs["):
+            raise SweepSpecError(f"{source}: {msg}") from None  # names its config itself
         raise SweepSpecError(f"{source}: {where}: {msg}") from None
 
 

@@ -150,7 +150,7 @@ def _run_config(
                 say(f"starting {cfg.name} ({cfg.kind})")
                 try:
                     target = deployment.start()
-                    sku = facts.detect_sku(target.sku or spec.sku)
+                    hardware = _hardware(spec, target)
                 except (DeploymentError, facts.UnknownGpu) as exc:
                     deployment.stop()
                     say(
@@ -160,7 +160,7 @@ def _run_config(
                     )
                     progress.skip(len(points) - i)
                     return failures + len(points) - i
-            row = run_point(spec, cfg, target, sku, c, out, deployment)
+            row = run_point(spec, cfg, target, hardware, c, out, deployment)
             row.update(context)
             append_result(out / RESULTS, row)
             progress.point(row)
@@ -178,7 +178,7 @@ def run_point(
     spec: SweepSpec,
     cfg: ConfigSpec,
     target: Target,
-    sku: str,
+    hardware: facts.Hardware,
     concurrency: int,
     out: Path,
     deployment: Deployment,
@@ -190,6 +190,7 @@ def run_point(
     output.unlink(missing_ok=True)  # NOTE: the benchmark appends; a killed try may be there
     started = time.monotonic()
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    load = os.getloadavg()[0]  # NOTE: a shared machine's other work shows up here
     before = scrape(target.metrics_urls)
     argv = [sys.executable, "-m", BENCH_MODULE]
     argv += bench_args(spec, target.url, concurrency, str(output))
@@ -219,9 +220,7 @@ def run_point(
         status="failed" if error else "ok",
         error=error,
         placement=target.placement,
-        sku=sku,
-        vendor=facts.vendor_of(sku),
-        num_gpus=target.num_gpus,
+        **hardware.as_row(),
         max_concurrency=concurrency,
         num_prompts=expected,
         workload=spec.workload.describe(),
@@ -229,12 +228,20 @@ def run_point(
         url=target.url,
         started_at=when,
         wall_s=round(time.monotonic() - started, 3),
+        load_avg_1m=round(load, 2),
         raw={"output": str(output.relative_to(out)), "log": str(log.relative_to(out))},
         engram=point_counters(
             before, after, float((summary or {}).get("total_output_tokens", 0)), target.placement
         ),
     )
     return row
+
+
+def _hardware(spec: SweepSpec, target: Target) -> facts.Hardware:
+    override = target.sku or spec.sku
+    if spec.device == "cpu":
+        return facts.cpu_hardware(override, target.hosts, local=target.local)
+    return facts.gpu_hardware(override, target.num_gpus)
 
 
 def _run_bench(argv: list[str], log: Path, timeout_s: float) -> int | None:
