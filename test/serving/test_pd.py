@@ -28,9 +28,9 @@ from test.serving.reference import (
     TIE,
     Agreement,
     agreement,
+    agreement_all,
     load_reference,
     random_prompts,
-    total,
 )
 from test.serving.server import (
     build_tiny_model,
@@ -124,7 +124,7 @@ def _serve(url: str, prompts: list[list[int]]) -> list[list[int]]:
 
 
 def _agreement(model: TinyEngramModel, prompts: list, served: list, regime: str) -> Agreement:
-    return total([agreement(model, p, s, regime) for p, s in zip(prompts, served, strict=True)])
+    return agreement_all(model, prompts, served, regime)
 
 
 def test_decode_off_is_the_prefill_only_regime(pd, reference):
