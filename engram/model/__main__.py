@@ -37,8 +37,9 @@ def _build(args: argparse.Namespace) -> None:
     if given and not args.random:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         raise EngramInputError(
-            f"{flags} only shape a --random build (without --random the bundled trained "
-            "model is copied as it is); add --random or drop them"
+            f"{flags} {'shape' if len(given) > 1 else 'shapes'} only a --random build "
+            "(without --random the bundled trained model is copied as it is); add --random "
+            f"or drop {'them' if len(given) > 1 else 'it'}"
         )
     options = None
     if args.random:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engram.errors import EngramTableError
+from engram.errors import EngramRunError, EngramTableError
 
 
 class PageReadError(OSError):
@@ -26,8 +26,11 @@ class PageReadError(OSError):
         super().__init__(err, f"{os.strerror(err)} {how} pages {first_page:,}..{last:,} of {path}")
 
 
-class EngramIOError(EngramTableError):
+class EngramIOError(EngramTableError, EngramRunError):
     """An I/O error failed one lookup; the table stays usable."""
+
+    # NOTE: a run-time failure (exit 1 from a command line), not bad input, although it
+    # is also a table error for the callers that catch those.
 
 
 class EngramChecksumError(EngramIOError):

@@ -99,7 +99,7 @@ ROWS = [
     ("engram.model", "generate --model {d}/badcfg", "{d}/badcfg/config.json is not valid JSON"),
     ("engram.model", "generate --model {d}/wronghid", "{d}/wronghid/model.safetensors does not match"),
     pytest.param("engram.model", "generate --device cuda", "torch sees no CUDA or ROCm GPU here; pass --device cpu", marks=NO_GPU),
-    ("engram.model", "build --out {d}/b --seed 5", "--seed only shape a --random build"),
+    ("engram.model", "build --out {d}/b --seed 5", "--seed shapes only a --random build"),
     ("engram.model", "build --out {d}/b --random --engram-max-ngram-size 3", "must be a power of two >= 2, not '3'"),
     # engram.eval
     ("engram.eval", "ablate --k 0", "argument --k: must be a whole number >= 1, not '0'"),
