@@ -7,9 +7,12 @@ import sys
 from typing import Any, TextIO
 
 
-def progress_bar(total: int, desc: str, *, unit: str = "it", show: bool = True) -> Any:
-    """A ``tqdm`` bar of ``total`` steps (``show=False``: one that prints nothing)."""
-    from tqdm import tqdm
+def progress_bar(
+    total: int, desc: str, *, unit: str = "it", show: bool = True, **options: Any
+) -> Any:
+    """A ``tqdm`` bar of ``total`` steps (``show=False``: one that prints nothing);
+    ``options`` go to ``tqdm`` (``initial``, ``unit_scale``, ...)."""
+    from tqdm import tqdm  # NOTE: imported here: serving tables never needs it
 
     tty = sys.stderr.isatty()
     return tqdm(
@@ -20,6 +23,7 @@ def progress_bar(total: int, desc: str, *, unit: str = "it", show: bool = True) 
         mininterval=0.1 if tty else 10.0,
         dynamic_ncols=tty,
         disable=not show,
+        **options,
     )
 
 

@@ -15,12 +15,11 @@ written.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
 
 from engram.files import GIB, atomic_write
+from engram.progress import progress_bar
 from engram.ssd.checkpoint import find_tables
 from engram.ssd.directory import table_dir
 from engram.ssd.ensure import decide, ensure_table
@@ -57,7 +56,18 @@ def convert_checkpoint(
         out.mkdir(parents=True, exist_ok=True)
         # NOTE: outdated tables stay until the new ones are complete: no room is freed.
         log(f"converting from {checkpoint} to {out}: {require_space(out, needed)}")
-    progress = _progress(total, total - needed) if show_progress and todo else None
+    progress = (
+        progress_bar(
+            total,
+            "engram.convert",
+            unit="B",
+            initial=total - needed,
+            unit_scale=True,
+            unit_divisor=1024,
+        )
+        if show_progress and todo
+        else None
+    )
     options = {"chunk_bytes": chunk_bytes, "check_space": check_space}
     for layer, rows in tables.items():
         on_chunk = progress.update if progress is not None else None
@@ -77,36 +87,3 @@ def convert_checkpoint(
             verify_table(out / name, table, "full")
             log(f"layer {layer}: all {table.layout.num_blocks:,} block hashes match")
     return manifest
-
-
-def _progress(total: int, done: int) -> Any:
-    """A progress bar on a terminal; elsewhere (logs, CI) one plain line every 10 s."""
-    from tqdm import tqdm  # not needed to serve tables
-
-    tty = sys.stderr.isatty()
-    return tqdm(
-        total=total,
-        initial=done,
-        desc="engram.convert",
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        file=sys.stderr if tty else _Lines(sys.stderr),
-        mininterval=0.1 if tty else 10.0,
-        dynamic_ncols=tty,
-    )
-
-
-class _Lines:
-    """A stream for tqdm that turns its carriage-return redraws into whole lines."""
-
-    def __init__(self, stream: TextIO):
-        self._stream = stream
-
-    def write(self, text: str) -> None:
-        line = text.strip("\r\n ")
-        if line:
-            self._stream.write(line + "\n")
-
-    def flush(self) -> None:
-        self._stream.flush()

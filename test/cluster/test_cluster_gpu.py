@@ -11,15 +11,12 @@ in the ``both`` regime, teacher-forced on the served tokens.
 from __future__ import annotations
 
 import importlib.util
-import os
 import random
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from test.cluster.util import free_block
+from test.cluster.util import free_block, start_up
 from test.serving.reference import agreement_all, load_reference, random_prompts
 from test.serving.server import build_tiny_model, generate_ids
 
@@ -53,15 +50,7 @@ workers:
       extra_args: [--mem-fraction-static, "0.3"]}}
 """
     )
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["SGLANG_ENGRAM_CLUSTER_HOME"] = str(tmp_path / "home")
-    up = subprocess.Popen(
-        [sys.executable, "-m", "sglang_engram.cluster", "up", str(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    up = start_up(spec, tmp_path / "home")
     try:
         seen = []
         for line in up.stdout:

@@ -6,7 +6,6 @@ Ray and the kernel take the processes with it). Serving itself is test_cluster_r
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import psutil
 import pytest
 from sglang_engram.kernel_standin import gpu_present
 
-from test.cluster.util import alive, spec_from_example, wait_for
+from test.cluster.util import alive, cluster_env, spec_from_example, start_up, wait_for
 from test.serving.server import build_tiny_model
 
 # NOTE: the CPU engine's cluster, for machines without a GPU (where setup.sh installs
@@ -39,15 +38,8 @@ def starting(tmp_path, model):
     processes run, with every process it has started by then."""
     spec, _ = spec_from_example("pd-cluster-cpu.yaml", tmp_path, model)
     name = spec.stem
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["SGLANG_ENGRAM_CLUSTER_HOME"] = str(tmp_path / "home")
-    up = subprocess.Popen(
-        [sys.executable, "-m", "sglang_engram.cluster", "up", str(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    env = cluster_env(tmp_path / "home")
+    up = start_up(spec, tmp_path / "home")
     state = tmp_path / "home" / name / "state.json"
 
     def servers() -> list[int] | None:

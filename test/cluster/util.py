@@ -3,9 +3,12 @@ liveness."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import string
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +34,25 @@ def spec_from_example(example: str, tmp: Path, model: Path, **changes: Any) -> t
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path, base
+
+
+def cluster_env(home: Path) -> dict[str, str]:
+    """The environment of the cluster commands: state under ``home``, no inherited Ray."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["SGLANG_ENGRAM_CLUSTER_HOME"] = str(home)
+    return env
+
+
+def start_up(spec: Path, home: Path, *args: str) -> subprocess.Popen:
+    """``cluster up SPEC`` in the background (output piped, text), with its state under
+    ``home`` and a local Ray unless ``args`` give ``--address``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sglang_engram.cluster", "up", str(spec), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cluster_env(home),
+    )
 
 
 def free_block(n: int) -> int:
