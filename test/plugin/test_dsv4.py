@@ -351,22 +351,29 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
 
 def test_cache_flags_are_budgets_shared_by_the_tables(monkeypatch, cpu_context, layout):
     """--engram-hot-cache-gb is per GPU: each of the model's Engram tables gets its
-    share (the context's model path is no local checkpoint: DSv4.1's two tables)."""
+    share (the context's model path is no local checkpoint: DSv4.1's two tables), and
+    never more than its whole table."""
     from sglang_engram.dsv4 import PlacedEngramEmbedding
 
-    server = EngramServerConfig(offload="dram", hot_cache_gb=0.001 * random.randint(1, 9))
-    monkeypatch.setenv(ENV_VAR, server.to_json())
-    ours = PlacedEngramEmbedding(
-        layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0], layout.column_bounds(0)
-    )
-    weight, scale = random_table(layout.num_embeddings[0], layout.head_dim)
-    ours.weight.weight_loader(ours.weight, weight.view(torch.float8_e4m3fn))
-    ours.scale.weight_loader(ours.scale, scale.view(torch.float8_e8m0fnu))
-    ours.finish_load("layer 1")
-    held = ours.table.stats()["hot_cache_bytes"]
-    assert (
-        server.hot_cache_bytes // 2 - 2 * layout.head_dim * 8 < held <= server.hot_cache_bytes // 2
-    )
+    rows = layout.num_embeddings[0]
+    whole = rows * layout.head_dim * 2  # every row of the table, in bf16
+    for gib, want in (
+        (random.uniform(0.2, 0.8) * 2 * whole / 2**30, None),  # a share below the table
+        (random.uniform(4, 9) * whole / 2**30, whole),  # a share above it: the table
+    ):
+        server = EngramServerConfig(offload="dram", hot_cache_gb=gib)
+        monkeypatch.setenv(ENV_VAR, server.to_json())
+        ours = PlacedEngramEmbedding(
+            rows, layout.head_dim, layout.layer_ids[0], layout.column_bounds(0)
+        )
+        weight, scale = random_table(rows, layout.head_dim)
+        ours.weight.weight_loader(ours.weight, weight.view(torch.float8_e4m3fn))
+        ours.scale.weight_loader(ours.scale, scale.view(torch.float8_e8m0fnu))
+        ours.finish_load("layer 1")
+        held = ours.table.stats()["hot_cache_bytes"]
+        # NOTE: the cache holds whole sets of 8 rows, so up to 8 rows less than asked
+        limit = server.hot_cache_bytes // 2 if want is None else want
+        assert limit - 2 * layout.head_dim * 8 < held <= limit, (held, limit)
 
 
 def test_upstream_lookups_captured_in_a_cuda_graph_are_not_counted(layout, monkeypatch):
