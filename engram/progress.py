@@ -7,8 +7,11 @@ import sys
 from typing import Any, TextIO
 
 
-def progress_bar(total: int, desc: str, *, unit: str = "it", show: bool = True) -> Any:
-    """A ``tqdm`` bar of ``total`` steps (``show=False``: one that prints nothing)."""
+def progress_bar(
+    total: int, desc: str, *, unit: str = "it", unit_scale: bool = False, show: bool = True
+) -> Any:
+    """A ``tqdm`` bar of ``total`` steps (``unit_scale``: shown as k, M, G ...;
+    ``show=False``: one that prints nothing)."""
     from tqdm import tqdm
 
     tty = sys.stderr.isatty()
@@ -16,6 +19,7 @@ def progress_bar(total: int, desc: str, *, unit: str = "it", show: bool = True) 
         total=total,
         desc=desc,
         unit=unit,
+        unit_scale=unit_scale,
         file=sys.stderr if tty else _Lines(sys.stderr),
         mininterval=0.1 if tty else 10.0,
         dynamic_ncols=tty,
