@@ -35,18 +35,23 @@ SLACK_TOKENS = 48  # a piece is this much longer than the prompt it must give
 PIECE_SEED = 17
 
 
-def heldout_pieces(model_dir: Path, tokens: int) -> list[str]:
-    """Held-out stdlib ``.py`` sources cut into consecutive pieces of ``tokens +
-    SLACK_TOKENS`` tokens, as text, in a fixed shuffled order."""
+def heldout_ids(model_dir: Path, size: int) -> list[list[int]]:
+    """Held-out stdlib ``.py`` sources, tokenized, cut into consecutive pieces of
+    ``size`` tokens, in a fixed shuffled order."""
     tokenizer = load_tokenizer(model_dir)
     docs = [d for d in split_documents(stdlib_documents(), "heldout") if d.name.endswith(".py")]
-    size = tokens + SLACK_TOKENS
     pieces = []
     for encoding in tokenizer.encode_batch([d.text for d in docs]):
         ids = encoding.ids
-        pieces += [tokenizer.decode(ids[i : i + size]) for i in range(0, len(ids) - size, size)]
+        pieces += [ids[i : i + size] for i in range(0, len(ids) - size, size)]
     random.Random(PIECE_SEED).shuffle(pieces)
     return pieces
+
+
+def heldout_pieces(model_dir: Path, tokens: int) -> list[str]:
+    """:func:`heldout_ids` pieces of ``tokens + SLACK_TOKENS`` tokens, as text."""
+    tokenizer = load_tokenizer(model_dir)
+    return [tokenizer.decode(ids) for ids in heldout_ids(model_dir, tokens + SLACK_TOKENS)]
 
 
 def write_datasets(
