@@ -41,6 +41,10 @@ def _build(args: argparse.Namespace) -> None:
             "(without --random the bundled trained model is copied as it is); add --random "
             f"or drop {'them' if len(given) > 1 else 'it'}"
         )
+    if "engram_table_gib" in given and "engram_vocab_size" in given:
+        raise EngramInputError(
+            "--engram-table-gib and --engram-vocab-size both set the table size; give one"
+        )
     options = None
     if args.random:
         if "engram_layer_ids" in given:
@@ -158,6 +162,14 @@ def parser() -> argparse.ArgumentParser:
         "about this many rows (default 5000)",
     )
     build.add_argument(
+        "--engram-table-gib",
+        type=number(float, above=0),
+        metavar="G",
+        help="Engram tables of about G GiB in all, rows of random FP8 bytes, written in "
+        "one streaming pass with bounded memory (sets the prime search start instead of "
+        "--engram-vocab-size; e.g. 8 for tables no cache holds)",
+    )
+    build.add_argument(
         "--engram-max-ngram-size",
         type=number(at_least=2, power_of_two=True),
         help="N, the longest n-gram: 2, 4 or 8 (default 4; SGLang's hash kernel needs a "
@@ -254,6 +266,7 @@ _RANDOM_OPTIONS = (
     "engram_vocab_size",
     "engram_max_ngram_size",
     "engram_n_heads",
+    "engram_table_gib",
 )
 
 

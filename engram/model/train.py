@@ -245,8 +245,10 @@ def train(
     tokenizer = Tokenizer.from_str(text)
     train_ids = token_stream(tokenizer, train_docs, EOS_TOKEN_ID)
     held_ids = token_stream(tokenizer, held, EOS_TOKEN_ID)
-    log(f"corpus: {len(train_docs)} train documents ({train_ids.numel():,} tokens), "
-        f"{len(held)} held-out ({held_ids.numel():,} tokens)")
+    log(
+        f"corpus: {len(train_docs)} train documents ({train_ids.numel():,} tokens), "
+        f"{len(held)} held-out ({held_ids.numel():,} tokens)"
+    )
     token_map, compressed = build_token_map(tokenizer)
     cfg = make_config(opts.build, token_map.numel(), compressed)
     train_cfg = dataclasses.replace(cfg, torch_dtype="float32")
@@ -270,8 +272,11 @@ def train(
         stopped_early={k: r.stopped_early for k, r in results.items()},
         train_seconds={k: round(r.seconds, 1) for k, r in results.items()},
         wall_seconds=round(time.perf_counter() - began, 1),
-        corpus={"train_tokens": train_ids.numel(), "heldout_tokens": held_ids.numel(),
-                "heldout_documents": [d.name for d in held]},
+        corpus={
+            "train_tokens": train_ids.numel(),
+            "heldout_tokens": held_ids.numel(),
+            "heldout_documents": [d.name for d in held],
+        },
     )
     atomic_write(Path(out) / REPORT_FILE, (json.dumps(report, indent=1) + "\n").encode())
     log(f"wrote {out}: " + ", ".join(f"{p.name} {s:,} B" for p, s in model_files(out).items()))

@@ -93,16 +93,20 @@ class BlockChecks:
         distinct = blocks[first]
         return distinct[~self.verified[distinct]]
 
-    def check(self, buffer: memoryview, blocks: np.ndarray, offsets: np.ndarray) -> None:
+    def check(
+        self, buffer: memoryview, blocks: np.ndarray, offsets: np.ndarray, *, remember: bool = True
+    ) -> None:
         """Hash ``blocks`` (their bytes at ``offsets`` in ``buffer``); mark the ones that
-        match, raise :class:`EngramChecksumError` naming the first that does not."""
+        match (unless ``remember`` is false: a private copy, checked each time it is
+        read), raise :class:`EngramChecksumError` naming the first that does not."""
         if blocks.size == 0:
             return
         got = hash_blocks(buffer, offsets.tolist(), self.layout.block_bytes)
         with self._count_lock:
             self.checked += blocks.size
         good = got == self.expected[blocks]
-        self.verified[blocks[good]] = True
+        if remember:
+            self.verified[blocks[good]] = True
         if not good.all():
             self._fail(blocks[~good])
 

@@ -16,7 +16,9 @@ from engram.ssd.set_assoc import SetAssociativeIndex
 
 
 class RowCache:
-    def __init__(self, capacity_bytes: int, row_bytes: int, *, ways: int = 8):
+    WAYS = 8
+
+    def __init__(self, capacity_bytes: int, row_bytes: int, *, ways: int = WAYS):
         self.index = SetAssociativeIndex(max(1, capacity_bytes // row_bytes), ways)
         self.rows = torch.empty((self.index.capacity, row_bytes), dtype=torch.uint8, device="cpu")
         self.hits = 0

@@ -15,6 +15,7 @@ the table is a permanent fault (every later lookup raises).
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,11 @@ class SsdTable(EngramTable):
         self._handles_lock = threading.Lock()
         self.prefetch_hits = 0
         self.io_errors = 0
+        # NOTE: seconds, cumulative: disk reads a lookup made itself ("lookup") or the
+        # read-ahead thread made ("ahead"), and a lookup's waits on read-ahead handles.
+        # (lookup + waits) / (lookup + ahead) is the read time read-ahead did not hide.
+        self.read_seconds = {"lookup": 0.0, "ahead": 0.0}
+        self.handle_wait_seconds = 0.0
         self._cache_hits = 0  # RAM cache hits of the current fetch
 
     # ---- lookups ----------------------------------------------------------------------
@@ -113,12 +119,16 @@ class SsdTable(EngramTable):
             self._check_ids(flat_ids)
         flat = flat_ids.numpy()
         self._cache_hits = 0
+        started = time.perf_counter()
         exact = self._exact_prefetch(flat)
         if exact is not None:
+            self.handle_wait_seconds += time.perf_counter() - started
             return (*exact, None)
         unique, inverse = np.unique(flat, return_inverse=True)
         index, rows = self._staging.acquire(unique.size)
+        started = time.perf_counter()
         need = self._take_prefetched(unique, rows)
+        self.handle_wait_seconds += time.perf_counter() - started
         if need.all():
             self._cache_hits = self._read(unique, rows)
         elif need.any():
@@ -144,9 +154,9 @@ class SsdTable(EngramTable):
             tiers["dram"] = from_ram * self.row_bytes
         return out, unique.size, tiers
 
-    def _read(self, ids: np.ndarray, out: torch.Tensor) -> int:
-        """Rows of distinct ``ids`` into ``out``: RAM cache first, then the file. Returns
-        how many came from the RAM cache."""
+    def _read(self, ids: np.ndarray, out: torch.Tensor, *, by: str = "lookup") -> int:
+        """Rows of distinct ``ids`` into ``out``: RAM cache first, then the file (read
+        time counted under ``by``). Returns how many came from the RAM cache."""
         need = np.ones(ids.size, dtype=bool)
         if self._cache is not None:
             need = ~self._cache.take(ids, out)
@@ -158,6 +168,7 @@ class SsdTable(EngramTable):
             if miss.size == ids.size
             else torch.empty((miss.size, self.row_bytes), dtype=torch.uint8, device="cpu")
         )
+        started = time.perf_counter()
         try:
             self._reader.read_rows(miss, target)
         except EngramChecksumError as err:
@@ -177,6 +188,7 @@ class SsdTable(EngramTable):
                 f"I/O error reading {miss.size:,} rows of SSD table {self.directory}: {err}. "
                 "Only this lookup failed; the table keeps serving"
             ) from err
+        self.read_seconds[by] += time.perf_counter() - started
         if target is not out:
             out[torch.from_numpy(np.flatnonzero(need))] = target
         if self._cache is not None:
@@ -211,13 +223,15 @@ class SsdTable(EngramTable):
         if handle.released:
             return None
         if not handle.keep_rows:
+            started = time.perf_counter()
             self._reader.warm(ids)
+            self.read_seconds["ahead"] += time.perf_counter() - started
             return None
         pinned = self.device.type == "cuda"
         rows = torch.empty(
             (ids.size, self.row_bytes), dtype=torch.uint8, device="cpu", pin_memory=pinned
         )
-        self._read(ids, rows)
+        self._read(ids, rows, by="ahead")
         return rows
 
     def _live_handles(self) -> list[PrefetchHandle]:
@@ -258,8 +272,10 @@ class SsdTable(EngramTable):
         ``ram_cache_hit_ratio`` (hits / lookups of distinct rows in the RAM row cache; 0
         without one), ``ram_cache_hits``, ``ram_cache_misses``, ``ram_cache_bytes``,
         ``prefetch_hits`` (rows taken from read-ahead handles), ``prefetch_bytes_held``,
-        ``pages_requested`` (pages asked of the data file) and ``io_errors`` (lookups
-        failed by an I/O error).
+        ``pages_requested`` (pages asked of the data file), ``io_errors`` (lookups
+        failed by an I/O error), ``lookup_read_seconds`` / ``ahead_read_seconds`` (disk
+        read time of lookups / of the read-ahead thread) and ``handle_wait_seconds``
+        (lookups waiting on read-ahead handles).
         """
         out = {
             "ram_cache_hit_ratio": 0.0,
@@ -270,6 +286,9 @@ class SsdTable(EngramTable):
             "prefetch_bytes_held": self._held_bytes(),
             "pages_requested": self._reader.pages_requested,
             "io_errors": self.io_errors,
+            "lookup_read_seconds": self.read_seconds["lookup"],
+            "ahead_read_seconds": self.read_seconds["ahead"],
+            "handle_wait_seconds": self.handle_wait_seconds,
         }
         if self._cache is not None:
             out.update(self._cache.stats())

@@ -42,6 +42,8 @@ class EngramServerConfig:
     hot_cache_gb: float = 0.0
     # None: not given (the ssd placement then uses DEFAULT_RAM_CACHE_GB).
     ram_cache_gb: float | None = None
+    # None: not given (the ssd placement then reads with engram.ssd.readers.DEFAULT_READER).
+    ssd_read: str | None = None
     # SGLang's --disaggregation-mode: "null" (single server), "prefill" or "decode".
     role: str = "null"
     # True when --engram-offload was given on the command line (not the default).
@@ -86,6 +88,8 @@ class EngramServerConfig:
         extra = []
         if self.offload == "ssd":
             extra.append(f"dir={self.ssd_dir} ram_cache={self.ram_cache_gb_or_default:g} GiB")
+            if self.ssd_read:
+                extra.append(f"read={self.ssd_read}")
         if self.offload in ("dram", "ssd") and self.hot_cache_gb:
             extra.append(f"hot_cache={self.hot_cache_gb:g} GiB")
         if self.enabled:

@@ -25,6 +25,7 @@ ENGRAM_FLAGS = (
     "--no-engram-prefetch",
     "--engram-hot-cache-gb",
     "--engram-ram-cache-gb",
+    "--engram-ssd-read",
 )
 
 _PLACEMENT_HELP = {
@@ -98,6 +99,16 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         f"ssd placement (default {DEFAULT_RAM_CACHE_GB:g}; ssd only).",
     )
 
+    group.add_argument(
+        "--engram-ssd-read",
+        default=None,
+        metavar="STRATEGY",
+        help="How the ssd placement reads rows from its files: mmap (default; through the "
+        "page cache), pread (a thread pool, through the page cache) or direct (O_DIRECT "
+        "in one AIO submission per lookup; the page cache is out of play, the RAM cache "
+        "is the only cache).",
+    )
+
 
 def config_from_namespace(args: argparse.Namespace) -> EngramServerConfig:
     """The config the parsed flags describe (defaults where a flag is absent)."""
@@ -108,6 +119,7 @@ def config_from_namespace(args: argparse.Namespace) -> EngramServerConfig:
         prefetch=bool(getattr(args, "engram_prefetch", True)),
         hot_cache_gb=float(getattr(args, "engram_hot_cache_gb", 0.0) or 0.0),
         ram_cache_gb=_given_float(getattr(args, "engram_ram_cache_gb", None)),
+        ssd_read=getattr(args, "engram_ssd_read", None),
         role=str(getattr(args, "disaggregation_mode", None) or "null"),
         offload_explicit=offload is not None,
     )

@@ -38,6 +38,12 @@ SSD_COUNTERS = {
     "ssd_ram_cache_misses": ("ram_cache_misses", "Engram rows the ssd RAM cache missed"),
     "ssd_prefetch_hits": ("prefetch_hits", "Engram rows served from SSD read-ahead"),
     "ssd_io_errors": ("io_errors", "Failed reads of Engram ssd table files"),
+    "ssd_lookup_read_seconds": ("lookup_read_seconds", "Seconds lookups read ssd rows"),
+    "ssd_ahead_read_seconds": ("ahead_read_seconds", "Seconds read-ahead read ssd rows"),
+    "ssd_handle_wait_seconds": (
+        "handle_wait_seconds",
+        "Seconds lookups waited on ssd read-ahead",
+    ),
 }
 
 

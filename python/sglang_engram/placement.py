@@ -31,6 +31,8 @@ def table_options(config: EngramServerConfig, tables: int) -> dict[str, object]:
     if config.offload == "ssd":
         options["ram_cache_bytes"] = config.ram_cache_bytes // tables
         options["prefetch_bytes"] = PREFETCH_BYTES // tables
+        if config.ssd_read:
+            options["read"] = config.ssd_read
     return options
 
 

@@ -49,6 +49,7 @@ def read_model_config(model_path: str | None) -> dict[str, Any] | None:
 def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size: int = 1) -> None:
     """Raise :class:`EngramStartupError` for unusable flags; log the warnings."""
     _check_numbers(config)
+    _check_read(config)
     hf_config = read_model_config(model_path)
     if config.offload == "ssd" and model_path and hf_config is None:
         raise EngramStartupError(
@@ -73,6 +74,8 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
         check_ssd_dir(config.ssd_dir, spec, model_path, sharded)
     elif config.ssd_dir:
         logger.warning("--engram-ssd-dir is ignored with --engram-offload %s", config.offload)
+    if config.ssd_read is not None and config.offload != "ssd":
+        logger.warning("--engram-ssd-read is ignored with --engram-offload %s", config.offload)
     if config.ram_cache_gb is not None and config.offload != "ssd":
         logger.warning(
             "--engram-ram-cache-gb is ignored with --engram-offload %s (it caches rows of "
@@ -98,6 +101,15 @@ def _check_numbers(config: EngramServerConfig) -> None:
     ):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise EngramStartupError(f"{flag} must be >= 0, got {value:g}")
+
+
+def _check_read(config: EngramServerConfig) -> None:
+    from engram.ssd.readers import reader_names
+
+    if config.ssd_read is not None and config.ssd_read not in reader_names():
+        raise EngramStartupError(
+            f"--engram-ssd-read must be one of {', '.join(reader_names())}, got {config.ssd_read!r}"
+        )
 
 
 def _spec_or_none(hf_config: dict[str, Any] | None) -> EngramSpec | None:

@@ -119,8 +119,13 @@ def test_ssd_table_stats_are_exported(metrics, layers, tmp_path):
             ("ssd_ram_cache_misses", "ram_cache_misses"),
             ("ssd_prefetch_hits", "prefetch_hits"),
             ("ssd_io_errors", "io_errors"),
+            ("ssd_lookup_read_seconds", "lookup_read_seconds"),
+            ("ssd_ahead_read_seconds", "ahead_read_seconds"),
+            ("ssd_handle_wait_seconds", "handle_wait_seconds"),
         ):
-            assert _value(f"sglang:engram_{name}_total", layer=str(layer)) == stats[key], name
+            got = _value(f"sglang:engram_{name}_total", layer=str(layer))
+            assert got == pytest.approx(stats[key]), name
+        assert stats["lookup_read_seconds"] > 0  # the first lookup read the disk itself
         ratio = stats["ram_cache_hits"] / (stats["ram_cache_hits"] + stats["ram_cache_misses"])
         assert _value("sglang:engram_ssd_ram_cache_hit_ratio") == pytest.approx(ratio)
         table.lookup(ids)

@@ -29,6 +29,12 @@ def test_ssd_without_a_directory(model_dir):
         check_startup(EngramServerConfig(offload="ssd"), model_path=model_dir)
 
 
+def test_unknown_ssd_read_strategy_is_named_with_the_choices(model_dir, tmp_path):
+    config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "t"), ssd_read="dirct")
+    with pytest.raises(EngramStartupError, match="must be one of mmap, pread, direct, got 'dirct'"):
+        check_startup(config, model_path=model_dir)
+
+
 def test_ssd_directory_that_is_a_file(model_dir, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")

@@ -45,6 +45,7 @@ def test_ram_cache_counts_hits_and_misses(tmp_path: Path) -> None:
 SSD_STATS = {
     "ram_cache_hit_ratio", "ram_cache_hits", "ram_cache_misses", "ram_cache_bytes",
     "prefetch_hits", "prefetch_bytes_held", "pages_requested", "io_errors",
+    "lookup_read_seconds", "ahead_read_seconds", "handle_wait_seconds",
 }  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from engram.ssd import EngramIOError
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import TableLayout
 from engram.ssd.readers import READERS, register_reader
+from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
 from engram.ssd.readers.pread import PreadReader
 from engram.tables import create_table
@@ -86,6 +87,7 @@ def test_mmap_reader_reports_a_shrunken_file_as_an_error(tmp_path: Path) -> None
 import os, pathlib, numpy as np, torch
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import TableLayout
+from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
 layout = TableLayout({ROWS}, {DIM})
 reader = MappedReader(pathlib.Path({str(path)!r}), layout)
@@ -121,12 +123,13 @@ except AdviceError as err:
     assert run.stdout.strip() == f"ERROR {errno.EFAULT} 1"
 
 
-def test_pread_reader_reports_a_short_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reader_class", [PreadReader, DirectReader])
+def test_pread_and_direct_readers_report_a_short_read(tmp_path: Path, reader_class) -> None:
     weight, scale = random_table(ROWS, DIM)
     create_table("ssd", weight, scale, path=tmp_path / "t").close()
     layout = TableLayout(ROWS, DIM)
     path = tmp_path / "t" / "rows.bin"
-    reader = PreadReader(path, layout)
+    reader = reader_class(path, layout)
     os.truncate(path, layout.file_bytes // 2)
     out = torch.empty((1, layout.row_bytes), dtype=torch.uint8)
     with pytest.raises(

@@ -14,6 +14,7 @@ from engram.errors import EngramTableError
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.layout import TableLayout
 from engram.ssd.readers.base import RowReader
+from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
 from engram.ssd.readers.pread import PreadReader
 
@@ -43,6 +44,7 @@ def open_reader(
 
 register_reader(MappedReader)
 register_reader(PreadReader)
+register_reader(DirectReader)
 
 __all__ = [
     "DEFAULT_READER",

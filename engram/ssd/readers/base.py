@@ -19,9 +19,13 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from engram.files import MIB
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.layout import TableLayout
 from engram.ssd.sysmem import mincore
+
+WINDOW_BYTES = MIB
+DENSE_FRACTION = 0.4  # a window needing this share of its blocks is read whole
 
 
 class RowReader(ABC):
@@ -95,6 +99,22 @@ def block_runs(ids: np.ndarray, rows_per_block: int, max_blocks: int = 0) -> np.
     lengths = np.diff(np.append(starts, blocks.size))
     runs = np.stack([blocks[starts], lengths], axis=1)
     return split_runs(runs, max_blocks) if max_blocks else runs
+
+
+def plan_runs(blocks: np.ndarray, layout: TableLayout) -> np.ndarray:
+    """Runs to read for sorted distinct ``blocks``: whole ``WINDOW_BYTES`` windows of
+    the file where a window needs ``DENSE_FRACTION`` of its blocks or more (sequential
+    bandwidth beats one request per block there), else runs of consecutive blocks."""
+    window = max(1, WINDOW_BYTES // layout.block_bytes)
+    windows, counts = np.unique(blocks // window, return_counts=True)
+    dense = windows[counts >= DENSE_FRACTION * window]
+    if dense.size == 0:
+        return block_runs(blocks, 1)
+    sparse = blocks[~np.isin(blocks // window, dense)]
+    first = dense * window
+    whole = np.stack([first, np.minimum(window, layout.num_blocks - first)], axis=1)
+    runs = np.concatenate([whole, block_runs(sparse, 1)])
+    return runs[np.argsort(runs[:, 0], kind="stable")]
 
 
 def split_runs(runs: np.ndarray, max_blocks: int) -> np.ndarray:

@@ -26,11 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engram.files import MIB
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import PAGE_BYTES, TableLayout
-from engram.ssd.readers.base import RowReader, block_runs, expand_runs, row_window, split_runs
+from engram.ssd.readers.base import RowReader, expand_runs, plan_runs, row_window, split_runs
 from engram.ssd.readers.residency import ResidencyMap
 from engram.ssd.sysmem import (
     MADV_POPULATE_READ,
@@ -41,8 +40,6 @@ from engram.ssd.sysmem import (
     supports,
 )
 
-WINDOW_BYTES = MIB
-DENSE_FRACTION = 0.4  # a window needing this share of its blocks is read whole
 # NOTE: the kernel silently shortens one MADV_WILLNEED to its readahead limit (often
 # 128 KiB), and POPULATE_READ would then read the rest one page at a time; so every
 # advised range is cut to at most this.
@@ -66,7 +63,6 @@ class MappedReader(RowReader):
             warnings.simplefilter("ignore", UserWarning)
             window = row_window(torch.from_numpy(array), layout.row_bytes)
         self._rows_at: torch.Tensor | None = window
-        self._window_blocks = max(1, WINDOW_BYTES // layout.block_bytes)
         self._advice_blocks = max(1, MAX_ADVICE_BYTES // layout.block_bytes)
         self._advisor = RangeAdvisor()
         self._populate = supports(self._base, MADV_POPULATE_READ)
@@ -164,7 +160,7 @@ class MappedReader(RowReader):
         cold = blocks[self.residency.unknown(blocks)]
         if cold.size == 0:
             return np.zeros((0, 2), dtype=np.int64), np.zeros((0, 2), dtype=np.uint64)
-        runs = split_runs(self._plan(np.unique(cold)), self._advice_blocks)
+        runs = split_runs(plan_runs(np.unique(cold), layout), self._advice_blocks)
         iov = _page_aligned(
             self._base + runs[:, 0] * layout.block_bytes, runs[:, 1] * layout.block_bytes
         )
@@ -173,20 +169,6 @@ class MappedReader(RowReader):
         if not self._populate:  # kernels before 5.14: the gather faults them in
             self.residency.mark(expand_runs(runs))
         return runs, iov
-
-    def _plan(self, blocks: np.ndarray) -> np.ndarray:
-        """Runs to read: whole windows where blocks are dense, else runs of blocks."""
-        windows, counts = np.unique(blocks // self._window_blocks, return_counts=True)
-        dense = windows[counts >= DENSE_FRACTION * self._window_blocks]
-        if dense.size == 0:
-            return block_runs(blocks, 1)
-        sparse = blocks[~np.isin(blocks // self._window_blocks, dense)]
-        first = dense * self._window_blocks
-        whole = np.stack(
-            [first, np.minimum(self._window_blocks, self.layout.num_blocks - first)], axis=1
-        )
-        runs = np.concatenate([whole, block_runs(sparse, 1)])
-        return runs[np.argsort(runs[:, 0], kind="stable")]
 
     def refresh_residency(self) -> None:
         self.residency.refresh()

@@ -1,0 +1,150 @@
+"""Measurements and output of ``bench_serving_tiers.py``: the page-cache residency of
+the ssd table files, one run's figures from SGLang's benchmark result and the
+``sglang:engram_ssd_*`` counters it moved, the printed table, and the PNG (throughput
+against P90 interactivity, the comparison report's axes)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sglang_engram.compare.plots import X_LABEL
+
+from engram.ssd.sysmem import mincore
+
+COUNTERS = (
+    "ssd_ram_cache_hits",
+    "ssd_ram_cache_misses",
+    "ssd_prefetch_hits",
+    "ssd_lookup_read_seconds",
+    "ssd_ahead_read_seconds",
+    "ssd_handle_wait_seconds",
+)
+
+
+def table_files(ssd_dir: Path) -> list[Path]:
+    """The data files of the converted tables under ``ssd_dir``."""
+    return sorted(ssd_dir.rglob("rows.bin"))
+
+
+def drop_page_cache(paths: list[Path]) -> None:
+    """Evict the files' clean pages (``POSIX_FADV_DONTNEED``, any process may ask)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def resident_fraction(paths: list[Path]) -> float:
+    """Share of the files' pages in the page cache (mincore on a fresh mapping)."""
+    resident = total = 0
+    for path in paths:
+        size = path.stat().st_size
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+            view = np.frombuffer(mm, dtype=np.uint8)
+            try:
+                pages = mincore(view.ctypes.data, size)
+            finally:
+                del view
+        resident += int((pages & 1).sum())
+        total += pages.size
+    return resident / total if total else 0.0
+
+
+def run_figures(result: dict[str, Any], before: dict[str, float], after: dict[str, float]) -> dict:
+    """One config and concurrency: SGLang's benchmark figures and the Engram counters'
+    growth over the run (``/metrics`` samples before and after)."""
+
+    def grown(name: str) -> float:
+        key = f"sglang:engram_{name}_total"
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    hits, misses = grown("ssd_ram_cache_hits"), grown("ssd_ram_cache_misses")
+    lookup, ahead = grown("ssd_lookup_read_seconds"), grown("ssd_ahead_read_seconds")
+    waits = grown("ssd_handle_wait_seconds")
+    duration = float(result["duration"])
+    return {
+        "total_tok_s": float(result["total_throughput"]),
+        "output_tok_s": float(result["output_throughput"]),
+        "p90_tpot_ms": float(result["p90_tpot_ms"]),
+        "p90_ttft_ms": float(result["p90_ttft_ms"]),
+        "duration_s": duration,
+        "completed": int(result["completed"]),
+        # NOTE: a RAM-cache miss is a row read from the disk (lookups and read-ahead
+        # both go through the cache).
+        "disk_rows_s": misses / duration if duration else 0.0,
+        "ram_cache_hit_ratio": hits / (hits + misses) if hits + misses else None,
+        "prefetch_hits": grown("ssd_prefetch_hits"),
+        "exposed_read_s": lookup + waits,
+        "total_read_s": lookup + ahead,
+    }
+
+
+def exposed_ratio(runs: list[dict]) -> float | None:
+    """Disk read time read-ahead did not hide: (lookup reads + waits on read-ahead) over
+    all read time (lookup + read-ahead), summed over ``runs``."""
+    total = sum(r["total_read_s"] for r in runs)
+    return sum(r["exposed_read_s"] for r in runs) / total if total else None
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def print_table(results: dict[str, dict[int, dict]]) -> None:
+    head = (
+        f"{'config':<10}{'conc':>5}{'total tok/s':>12}{'out tok/s':>10}{'P90 TPOT':>10}"
+        f"{'P90 TTFT':>10}{'disk rows/s':>12}{'RAM hit':>8}{'ahead hits':>11}{'exposed':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    for name, by_conc in results.items():
+        for conc, r in sorted(by_conc.items()):
+            ssd = r["total_read_s"] > 0 or r["ram_cache_hit_ratio"] is not None
+            print(
+                f"{name:<10}{conc:>5}{r['total_tok_s']:>12.1f}{r['output_tok_s']:>10.1f}"
+                f"{r['p90_tpot_ms']:>8.1f}ms{r['p90_ttft_ms']:>8.0f}ms"
+                f"{_cell(r['disk_rows_s'] if ssd else None, '12.0f'):>12}"
+                f"{_cell(r['ram_cache_hit_ratio'], '8.3f'):>8}"
+                f"{_cell(r['prefetch_hits'] if ssd else None, '11.0f'):>11}"
+                f"{_cell(exposed_ratio([r]) if ssd else None, '8.3f'):>8}"
+            )
+
+
+def plot(results: dict[str, dict[int, dict]], path: Path, title: str) -> Path:
+    """Total throughput against interactivity (1000 / P90 TPOT), one line per config,
+    each point labelled with its concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
+    markers = "osD^v"
+    for i, (name, by_conc) in enumerate(results.items()):
+        concs = sorted(by_conc)
+        xs = [1000.0 / by_conc[c]["p90_tpot_ms"] for c in concs]
+        ys = [by_conc[c]["total_tok_s"] for c in concs]
+        line = ax.plot(xs, ys, marker=markers[i % len(markers)], linewidth=1.4, label=name)[0]
+        for c, x, y in zip(concs, xs, ys, strict=True):
+            ax.annotate(
+                str(c), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8,
+                color=line.get_color(),
+            )  # fmt: skip
+    ax.set_xlabel(X_LABEL)
+    ax.set_ylabel("Total throughput (tok/s, one CPU server)")
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=9, loc="best")
+    fig.text(0.01, 0.01, "labels: max concurrency", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
