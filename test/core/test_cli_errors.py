@@ -101,7 +101,7 @@ ROWS = [
     pytest.param("engram.model", "generate --device cuda", "torch sees no CUDA or ROCm GPU here; pass --device cpu", marks=NO_GPU),
     ("engram.model", "build --out {d}/b --seed 5", "--seed shapes only a --random build"),
     ("engram.model", "build --out {d}/b --random --engram-max-ngram-size 3", "must be a power of two >= 2, not '3'"),
-    ("engram.model", "build --out {d}/b --engram-table-gib 1", "--engram-table-gib only shape a --random build"),
+    ("engram.model", "build --out {d}/b --engram-table-gib 1", "--engram-table-gib shapes only a --random build"),
     ("engram.model", "build --out {d}/b --random --engram-table-gib 0", "argument --engram-table-gib: must be a number > 0, not '0'"),
     ("engram.model", "build --out {d}/b --random --engram-table-gib 1 --engram-vocab-size 900", "--engram-table-gib and --engram-vocab-size both set the table size; give one"),
     # engram.eval
