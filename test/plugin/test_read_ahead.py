@@ -87,7 +87,8 @@ def test_decode_steps_read_one_step_ahead(served) -> None:
         for k, n in enumerate(lengths)
     ]
     batch = ScheduleBatch(reqs=reqs)
-    # stand-ins for SGLang's Scheduler (it needs a GPU to build): its overlap flag only
+    # stand-ins for SGLang's Scheduler (a whole server process; the real one runs these
+    # hooks in test/serving/test_placements.py): its overlap flag only
     overlapped = SimpleNamespace(enable_overlap=True)
     for req in reqs:
         req.output_ids.append(random.randrange(hasher.vocab_size))
@@ -156,7 +157,7 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
 ) -> None:
     """Upstream's DeepSeek-V4.1 EngramHasher (built from a tokenizer) becomes our
     NgramHasher for the read-ahead, hashing prompts bit-exactly as upstream does. The
-    model object stands in for DeepseekV4Model, which needs a GPU to build."""
+    model object stands in for DeepseekV4Model (a full DeepSeek-V4.1 model, not built here)."""
     from sglang.srt.layers.engram import EngramHasher, EngramLayout, build_compressed_token_map
     from sglang_engram.dsv4 import after_model_init
     from transformers import AutoTokenizer
@@ -191,8 +192,9 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
 
 
 def test_admission_hook_reads_what_the_prefill_will_look_up(served) -> None:
-    """Real SGLang requests; the scheduler objects stand in for SGLang's Scheduler
-    (which needs a GPU to build) and carry only its disaggregation mode."""
+    """Real SGLang requests; the scheduler objects stand in for SGLang's Scheduler (a
+    whole server process; test/serving runs the real one) and carry only its
+    disaggregation mode."""
     from sglang.srt.disaggregation.utils import DisaggregationMode
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
