@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
         # NOTE: the report says which sgl_kernel this machine gets; its log line would
         # only repeat that on stderr.
-        logging.getLogger("sglang_engram.kernel_standin").setLevel(logging.ERROR)
-        from sglang_engram.doctor import collect, render
+        logging.getLogger("sglang_engram.integration.kernel_standin").setLevel(logging.ERROR)
+        from sglang_engram.doctor.report import collect, render
 
         report = collect(apply_hooks=not args.no_hooks)
         print(json.dumps(report, indent=2) if args.json else render(report))

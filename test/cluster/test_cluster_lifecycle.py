@@ -12,7 +12,7 @@ import sys
 
 import psutil
 import pytest
-from sglang_engram.kernel_standin import gpu_present
+from sglang_engram.integration.kernel_standin import gpu_present
 
 from test.cluster.util import alive, cluster_env, spec_from_example, start_up, wait_for
 from test.serving.server import build_tiny_model

@@ -24,7 +24,7 @@ import psutil
 import pytest
 import requests
 import yaml
-from sglang_engram.kernel_standin import gpu_present
+from sglang_engram.integration.kernel_standin import gpu_present
 
 from test.cluster.util import alive, spec_from_example, wait_for
 from test.serving.reference import agreement_all, load_reference, random_prompts

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # imports SGLang (~20 s)
 
 def test_worker_and_router_commands_parse_with_the_real_parsers(tmp_path):
     from sglang.srt.server_args import ServerArgs
-    from sglang_engram.flags import add_engram_args
+    from sglang_engram.args.flags import add_engram_args
     from sglang_router.launch_router import parse_router_args
 
     spec = load_spec(EXAMPLE)
@@ -56,7 +56,7 @@ def test_worker_and_router_commands_parse_with_the_real_parsers(tmp_path):
 
 def test_cpu_worker_commands_parse_as_the_cpu_engine_with_tcp_kv(tmp_path):
     from sglang.srt.server_args import ServerArgs
-    from sglang_engram.flags import add_engram_args
+    from sglang_engram.args.flags import add_engram_args
 
     spec = load_spec(EXAMPLE.with_name("pd-cluster-cpu.yaml"))
     plan = build_plan(spec, [Node("10.1.2.3", 0)], router_host="10.1.2.3", log_dir=str(tmp_path))

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from sglang_engram.compare import facts
 from sglang_engram.compare.results import read_results
-from sglang_engram.kernel_standin import gpu_present
+from sglang_engram.integration.kernel_standin import gpu_present
 
 from test.serving.server import build_tiny_model, sglang_server
 

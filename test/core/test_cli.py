@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from sglang_engram.__main__ import parser as doctor_parser
+from sglang_engram.args.flags import add_engram_args
 from sglang_engram.cluster.cli import _parser as cluster_parser
 from sglang_engram.compare.__main__ import _parser as compare_parser
-from sglang_engram.flags import add_engram_args
 
 from engram.cli import Parser, number, shows_default
 from engram.convert import build_parser as convert_parser

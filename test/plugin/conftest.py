@@ -15,7 +15,7 @@ def sglang_with_plugin():
         from sglang.srt.plugins import load_plugins
 
         load_plugins()
-    from sglang_engram import plugin
+    from sglang_engram.integration import plugin
 
     return plugin
 

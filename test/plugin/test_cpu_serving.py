@@ -1,4 +1,4 @@
-"""The CPU engine's PD adjustments (``sglang_engram.cpu_serving``) through SGLang's own
+"""The CPU engine's PD adjustments (``sglang_engram.integration.cpu_serving``) through SGLang's own
 argument parsing with the plugin loaded: what changes on ``--device cpu``, and that
 nothing changes on another device or where the user chose the setting."""
 
@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from sglang_engram.config import ENV_VAR
-from sglang_engram.cpu_serving import CPU_ENGINE_VAR, EARLY_SEND_VAR
+from sglang_engram.args.server_config import ENV_VAR
+from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR, EARLY_SEND_VAR
 
 from test.plugin.tiny import tiny_config, write_model_dir
 

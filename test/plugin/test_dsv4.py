@@ -16,8 +16,9 @@ from types import SimpleNamespace
 import pytest
 import safetensors.torch
 import torch
-from sglang_engram import loading, table_registry
-from sglang_engram.config import ENV_VAR, EngramServerConfig
+from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig
+from sglang_engram.tables import served as table_registry
+from sglang_engram.tables import weight_filter as loading
 
 from test.plugin.tiny import engram_fields, random_table
 
@@ -28,7 +29,7 @@ UPSTREAM = EngramServerConfig(offload="hbm")
 
 
 def _upstream_cls():
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     return PlacedEngramEmbedding.__base__
 
@@ -46,7 +47,7 @@ def placed(monkeypatch, cpu_context, layout):
     """Build (served, upstream) embeddings of one layer with ``config``, same rows
     loaded: ``served`` as SGLang builds it (our class picks the code), ``upstream``
     from upstream's class directly."""
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     table_registry.clear()
 
@@ -82,8 +83,8 @@ def _hash_ids(layout, index, tokens):
 
 @pytest.mark.parametrize("config", [UPSTREAM, OURS], ids=["hbm", "dram+hot-cache"])
 def test_each_placement_is_served_by_its_code_with_upstreams_rows(placed, layout, config):
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
-    from sglang_engram.upstream_embedding import ATTR
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
+    from sglang_engram.models.deepseek_v41.upstream_embedding import ATTR
 
     index = random.randrange(2)
     served, ref = placed(config, index)
@@ -121,7 +122,7 @@ def _host_table_stand_in(monkeypatch, switch="SGLANG_ENABLE_DSV41_ENGRAM_HOST_TA
 def test_the_flag_not_the_environment_switches_upstreams_host_table(
     monkeypatch, cpu_context, layout, user_env
 ):
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     if user_env is None:
         monkeypatch.delenv("SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE", raising=False)
@@ -145,7 +146,7 @@ def test_the_flag_not_the_environment_switches_upstreams_host_table(
 
 def test_dram_holds_the_loaded_rows_once(monkeypatch, cpu_context, layout):
     """The loader writes into the buffer our dram table keeps: no second copy."""
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     monkeypatch.setenv(ENV_VAR, OURS.to_json())
     ours = PlacedEngramEmbedding(
@@ -200,7 +201,7 @@ def test_engram_layers_match_upstream_count_lookups_and_off_is_identity(
     """An Engram layer served by our tables or by upstream's (as SGLang builds them)
     computes what upstream's own layer does; both count their lookups; off passes
     the residual through."""
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     table_registry.clear()
     ours = _engram(layout, monkeypatch, OURS)
@@ -297,7 +298,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
     from sglang.srt.layers.engram import EngramLayout, shard_range
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
     from sglang.srt.server_args import ServerArgs
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     fields = engram_fields(layer_ids=(1, 14), n=3, heads=heads, head_dim=64)
     layout = EngramLayout.from_config(SimpleNamespace(**fields))
@@ -353,7 +354,7 @@ def test_cache_flags_are_budgets_shared_by_the_tables(monkeypatch, cpu_context, 
     """--engram-hot-cache-gb is per GPU: each of the model's Engram tables gets its
     share (the context's model path is no local checkpoint: DSv4.1's two tables), and
     never more than its whole table."""
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     rows = layout.num_embeddings[0]
     whole = rows * layout.head_dim * 2  # every row of the table, in bf16
@@ -380,7 +381,7 @@ def test_upstream_lookups_captured_in_a_cuda_graph_are_not_counted(layout, monke
     """A CUDA-graph capture's dummy batches are no lookups of the served table: only
     eager lookups count. Stand-in for a capture on a GPU (there is none here): the
     table's lookup clock is one of a CUDA device, and torch reports a capture."""
-    from sglang_engram.upstream_embedding import ATTR
+    from sglang_engram.models.deepseek_v41.upstream_embedding import ATTR
 
     from engram.tables.timing import LookupClock
 
@@ -413,7 +414,7 @@ def test_dram_on_several_nodes_uses_the_per_rank_host_table(
     unless the user chose one; one node keeps upstream's default."""
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
     from sglang.srt.server_args import ServerArgs
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     name = "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT"
     if user_layout is None:

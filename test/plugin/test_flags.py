@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from sglang_engram.config import ENV_VAR, EngramServerConfig, config_of
-from sglang_engram.flags import ENGRAM_FLAGS
+from sglang_engram.args.flags import ENGRAM_FLAGS
+from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig, config_of
 
 from test.plugin.tiny import engram_fields, tiny_config, write_model_dir
 
@@ -74,7 +74,7 @@ def test_sglang_serve_picks_the_engram_backend_for_engram_checkpoints(model_dir,
 def test_engram_flags_list_every_option_of_the_parser():
     import argparse
 
-    from sglang_engram.flags import add_engram_args
+    from sglang_engram.args.flags import add_engram_args
 
     parser = argparse.ArgumentParser(add_help=False)
     add_engram_args(parser)
@@ -82,7 +82,7 @@ def test_engram_flags_list_every_option_of_the_parser():
 
 
 def test_placement_choices_come_from_the_core_registry(sglang_with_plugin):
-    from sglang_engram.flags import placement_choices
+    from sglang_engram.args.flags import placement_choices
 
     from engram.tables import placement_names
 

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sglang_engram import kernel_standin
+from sglang_engram.integration import kernel_standin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def test_without_a_gpu_the_standin_reaches_this_process_and_its_children():
     out = _run(
         """
         import json, os, subprocess, sys
-        from sglang_engram import kernel_standin
+        from sglang_engram.integration import kernel_standin
         status = kernel_standin.install_if_needed()
         import sgl_kernel
         child = subprocess.run(
@@ -92,7 +92,7 @@ def test_a_real_sgl_kernel_that_loads_is_left_alone(tmp_path):
     (real / "__init__.py").write_text(f"MARKER = {marker!r}\n")
     out = _run(
         """
-        from sglang_engram import kernel_standin
+        from sglang_engram.integration import kernel_standin
         status = kernel_standin.install_if_needed()
         import sgl_kernel
         print(status.standin, getattr(sgl_kernel, "MARKER", None), hasattr(sgl_kernel, "STANDIN"))
@@ -104,7 +104,7 @@ def test_a_real_sgl_kernel_that_loads_is_left_alone(tmp_path):
 
 
 def test_the_plugin_reports_which_sgl_kernel_it_found():
-    from sglang_engram.doctor import collect, render
+    from sglang_engram.doctor.report import collect, render
 
     report = collect(apply_hooks=False)
     status = kernel_standin.status()

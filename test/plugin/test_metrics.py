@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 from prometheus_client import REGISTRY
-from sglang_engram import table_registry
-from sglang_engram.metrics_export import EngramMetrics
+from sglang_engram.metrics.exporter import EngramMetrics
+from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
 from engram.tables import create_table
@@ -167,8 +167,8 @@ def test_upstream_tables_export_each_id_once_over_the_ranks(
     from sglang.srt.layers.engram import EngramLayout
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
     from sglang.srt.server_args import ServerArgs
-    from sglang_engram.config import ENV_VAR, EngramServerConfig
-    from sglang_engram.dsv4 import PlacedEngramEmbedding
+    from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     from test.plugin.tiny import engram_fields
 

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram import read_ahead, table_registry
-from sglang_engram.config import ENV_VAR, EngramServerConfig
+from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig
+from sglang_engram.lookahead import ssd_read_ahead as read_ahead
+from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
 from engram.hashing import NgramHasher
@@ -159,7 +160,7 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
     NgramHasher for the read-ahead, hashing prompts bit-exactly as upstream does. The
     model object stands in for DeepseekV4Model (a full DeepSeek-V4.1 model, not built here)."""
     from sglang.srt.layers.engram import EngramHasher, EngramLayout, build_compressed_token_map
-    from sglang_engram.dsv4 import after_model_init
+    from sglang_engram.models.deepseek_v41.layers import after_model_init
     from transformers import AutoTokenizer
 
     (tmp_path / "tokenizer.json").write_bytes(ASSET.read_bytes())

@@ -9,15 +9,15 @@ import subprocess
 import sys
 
 import pytest
-from sglang_engram import compat
-from sglang_engram.hooks import CALL, HOOKS
+from sglang_engram.integration import version_pin as compat
+from sglang_engram.integration.hooks import CALL, HOOKS
 
 
 def test_entry_point_is_discovered():
     eps = importlib.metadata.entry_points(group="sglang.srt.plugins")
-    ours = [ep for ep in eps if ep.value == "sglang_engram.plugin:register"]
+    ours = [ep for ep in eps if ep.value == "sglang_engram.integration.plugin:register"]
     assert len(ours) == 1
-    from sglang_engram.plugin import register
+    from sglang_engram.integration.plugin import register
 
     assert ours[0].load() is register
 
@@ -61,12 +61,12 @@ def test_register_is_idempotent(sglang_with_plugin):
 
 
 def test_a_hook_that_cannot_apply_is_logged_not_raised(sglang_with_plugin, caplog):
-    from sglang_engram.hooks import Hook
+    from sglang_engram.integration.hooks import Hook
 
     broken = Hook(
         "sglang.srt.server_args",
         "ServerArgs.no_such_method",
-        "sglang_engram.flags:add_cli_args_hook",
+        "sglang_engram.args.flags:add_cli_args_hook",
         "AFTER",
         "test",
     )
@@ -78,7 +78,7 @@ def test_a_hook_that_cannot_apply_is_logged_not_raised(sglang_with_plugin, caplo
 
 def test_tiny_architecture_is_registered(sglang_with_plugin):
     from sglang.srt.models.registry import ModelRegistry
-    from sglang_engram.models.engram_qwen3 import EngramQwen3ForCausalLM
+    from sglang_engram.models.engram_qwen3.model import EngramQwen3ForCausalLM
 
     cls, arch = ModelRegistry.resolve_model_cls(["EngramQwen3ForCausalLM"])
     assert cls is EngramQwen3ForCausalLM and arch == "EngramQwen3ForCausalLM"
@@ -109,8 +109,8 @@ def test_doctor_reports_version_and_hooks():
 
     report = json.loads(out.stdout)
     assert report["sglang"] == {"installed": "0.5.23", "pinned": "0.5.23"}
-    assert report["entry_point"] == "engram = sglang_engram.plugin:register"
-    assert report["serve_backend"] == "engram = sglang_engram.serve_backend:backend"
+    assert report["entry_point"] == "engram = sglang_engram.integration.plugin:register"
+    assert report["serve_backend"] == "engram = sglang_engram.integration.serve_backend:backend"
     assert set(report["hooks"]) == {h.target for h in HOOKS}
     assert set(report["hooks"].values()) == {"applied"}
     # which code serves each placement's tables
@@ -133,8 +133,8 @@ from sglang.srt.plugins import load_plugins
 load_plugins()
 import {first}
 import sglang.srt.layers.engram as upstream
-from sglang_engram import plugin
-from sglang_engram.dsv4 import PlacedEngramEmbedding
+from sglang_engram.integration import plugin
+from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 print(json.dumps({{
     "status": {{t: plugin.STATUS[t] for t in plugin.STATUS if ".layers.engram." in t}},
     "replaced": upstream.EngramEmbedding is PlacedEngramEmbedding,
@@ -143,7 +143,9 @@ print(json.dumps({{
 """
 
 
-@pytest.mark.parametrize("first", ["sglang_engram.dsv4", "sglang.srt.layers.engram"])
+@pytest.mark.parametrize(
+    "first", ["sglang_engram.models.deepseek_v41.layers", "sglang.srt.layers.engram"]
+)
 def test_engram_layer_hooks_apply_in_any_import_order(first):
     """Importing our DSv4.1 module before upstream's Engram layers (it imports them
     itself) must still apply both hooks on them."""

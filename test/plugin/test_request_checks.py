@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from sglang_engram.request_checks import first_bad_id, valid_id_bound
+from sglang_engram.integration.request_checks import first_bad_id, valid_id_bound
 
 
 class _Tokenizer:

@@ -1,10 +1,11 @@
-"""`doctor`'s host-table checks (sglang_engram.rocm_checks): XNACK, the device address
+"""`doctor`'s host-table checks (sglang_engram.doctor.rocm): XNACK, the device address
 of registered host memory, huge pages behind a fresh host buffer."""
 
 from __future__ import annotations
 
 import pytest
-from sglang_engram import doctor, rocm_checks
+from sglang_engram.doctor import report as doctor
+from sglang_engram.doctor import rocm as rocm_checks
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram.models.weights import ENGRAM_PARAM, PARAM, Route, route_weight
+from sglang_engram.models.engram_qwen3.weights import ENGRAM_PARAM, PARAM, Route, route_weight
 
 from engram.hashing import NgramHasher
 from engram.spec import EngramSpec
@@ -77,7 +77,7 @@ def test_engram_off_loads_nothing_engram():
 
 @pytest.fixture
 def hashers(sglang_with_plugin):
-    from sglang_engram.models.hasher import SlotHasher
+    from sglang_engram.models.engram_qwen3.hasher import SlotHasher
 
     n = random.choice((2, 3, 4))
     spec = EngramSpec.from_hf_config(engram_fields(n=n, heads=random.choice((2, 4))))
@@ -145,7 +145,7 @@ def test_slot_hasher_uses_the_core_layout(hashers):
 def test_slot_hasher_buffers_follow_the_model_build_device(sglang_with_plugin):
     """SGLang builds the model under ``with torch.device(<gpu>)`` and never moves it:
     the hash constants must land there (``meta`` stands in for the GPU)."""
-    from sglang_engram.models.hasher import SlotHasher
+    from sglang_engram.models.engram_qwen3.hasher import SlotHasher
 
     spec = EngramSpec.from_hf_config(engram_fields())
     token_map = random_token_map(VOCAB, random.randint(50, 200))

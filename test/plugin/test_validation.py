@@ -6,8 +6,8 @@ import logging
 import shutil
 
 import pytest
-from sglang_engram.config import EngramServerConfig
-from sglang_engram.validation import (
+from sglang_engram.args.server_config import EngramServerConfig
+from sglang_engram.args.startup_checks import (
     OFF_ON_PREFILL_WARNING,
     EngramStartupError,
     check_hot_cache_fits,
@@ -171,7 +171,7 @@ def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
     """The startup check counts, in on-disk bytes, exactly the tables the table open
     then converts: each TP rank's shard, none that is reused after a restart, every one
     converted from another checkpoint (which the open converts again)."""
-    from sglang_engram.ssd_tables import (
+    from sglang_engram.tables.ssd_dirs import (
         checkpoint_source,
         ensure_converted,
         layer_tables,

@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from sglang_engram.kernel_standin import gpu_present
+from sglang_engram.integration.kernel_standin import gpu_present
 
 # NOTE: SGLang's CPU engine sizes the KV pool at ~72 % of free host memory (15 GB
 # here, 30 s to allocate); the tests' prompts need a sliver of that, and several

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from sglang_engram.cpu_serving import CPU_ENGINE_VAR
+from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
 
 from test.serving.server import build_tiny_model
 

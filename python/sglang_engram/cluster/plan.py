@@ -17,7 +17,7 @@ from typing import Any
 from sglang_engram.cluster.layout import Node, assign_nodes, spread_nodes
 from sglang_engram.cluster.spec import ClusterSpec, WorkerGroup
 from sglang_engram.cluster.state import run_dir
-from sglang_engram.cpu_serving import CPU_ENGINE_VAR
+from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
 
 BIND_HOST = "0.0.0.0"
 # NOTE: SGLang's CPU engine sizes its KV pool at ~72 % of free host memory (30 s to

@@ -12,10 +12,10 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sglang_engram.config import DEFAULT_OFFLOAD
-from sglang_engram.flags import ENGRAM_FLAGS
-from sglang_engram.schema_errors import first_error
-from sglang_engram.yaml_file import read_mapping
+from sglang_engram.args.flags import ENGRAM_FLAGS
+from sglang_engram.args.server_config import DEFAULT_OFFLOAD
+from sglang_engram.spec_files.schema_errors import first_error
+from sglang_engram.spec_files.yaml_file import read_mapping
 
 # NOTE: mirrors the plugin's --engram-offload choices (engram.tables.PLACEMENTS); kept
 # here so that reading a spec imports no torch. test_spec checks the two agree.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engram.files import GIB
-from sglang_engram.yaml_file import read_mapping
+from sglang_engram.spec_files.yaml_file import read_mapping
 
 SHIPPED = Path(__file__).with_name("costs.yaml")
 KEYS = {"usd_per_gpu_hour", "usd_per_cpu_hour", "usd_per_dram_gib_hour", "source", "date"}

@@ -26,7 +26,7 @@ import requests
 import yaml
 
 from sglang_engram.compare.spec import ConfigSpec, SweepSpec
-from sglang_engram.cpu_serving import CPU_ENGINE_VAR
+from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
 
 SERVER_CMD_ENV = "SGLANG_ENGRAM_COMPARE_SERVER_CMD"
 # NOTE: a small KV pool (SGLang's CPU engine would size it at ~72 % of free host

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sglang_engram.schema_errors import first_error
-from sglang_engram.yaml_file import read_mapping
+from sglang_engram.spec_files.schema_errors import first_error
+from sglang_engram.spec_files.yaml_file import read_mapping
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # NOTE: the plugin's --engram-offload choices, as the cluster spec lists them (no torch).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-ARCHITECTURES = {"EngramQwen3ForCausalLM": "sglang_engram.models.engram_qwen3"}
+ARCHITECTURES = {"EngramQwen3ForCausalLM": "sglang_engram.models.engram_qwen3.model"}
 
 
 def register_architectures() -> None:
@@ -11,7 +11,7 @@ def register_architectures() -> None:
 
     from sglang.srt.models.registry import ModelRegistry
 
-    from sglang_engram.models.hf_config import register_config
+    from sglang_engram.models.engram_qwen3.hf_config import register_config
 
     register_config()
     for arch, module_name in ARCHITECTURES.items():

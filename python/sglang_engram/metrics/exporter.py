@@ -7,7 +7,7 @@ turns the served tables' cumulative counters (:class:`engram.tables.TableCounter
 an ssd table's own ``stats()``) into counter increments; the lookup latency histogram
 observes every lookup (on a GPU, once its CUDA events complete). Tables served by
 upstream's ``EngramEmbedding`` (DeepSeek-V4.1 ``hbm``/``dram``) are counted too
-(:mod:`sglang_engram.upstream_embedding`).
+(:mod:`sglang_engram.models.deepseek_v41.upstream_embedding`).
 
 With tensor parallelism every rank looks up every row id, so rows requested are
 exported by TP rank 0 only (tables upstream serves count each rank's share, see
@@ -24,7 +24,7 @@ import threading
 from typing import Any
 
 from engram.tables import TableCounters
-from sglang_engram import table_registry
+from sglang_engram.tables import served as table_registry
 
 logger = logging.getLogger(__name__)
 

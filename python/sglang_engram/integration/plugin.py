@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from sglang_engram import deferred, kernel_standin
-from sglang_engram.compat import version_problem
-from sglang_engram.hooks import CALL, HOOKS, Hook
+from sglang_engram.integration import import_watch as deferred
+from sglang_engram.integration import kernel_standin
+from sglang_engram.integration.hooks import CALL, HOOKS, Hook
+from sglang_engram.integration.version_pin import version_problem
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def apply_hook(hook: Hook) -> bool:
     """Apply one hook now (its module is imported); record and log the outcome."""
     if deferred.initializing(hook.ours_module):
         # NOTE: our module imported the upstream one and is still executing (e.g.
-        # ``import sglang_engram.dsv4`` came first): its names do not exist yet, so the
+        # ``import sglang_engram.models.deepseek_v41.layers`` came first): its names do not exist yet, so the
         # hook applies once it has finished (register() watched it for this).
         deferred.when_imported(hook.ours_module, lambda _m: apply_hook(hook))
         return False

@@ -19,7 +19,7 @@ from typing import Any
 from engram.errors import EngramConfigError, EngramError
 from engram.files import GIB, nearest_existing
 from engram.spec import EngramSpec, has_engram
-from sglang_engram.config import EngramServerConfig
+from sglang_engram.args.server_config import EngramServerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def check_ssd_dir(
         ) from exc
     if spec is None:
         return
-    from sglang_engram.ssd_tables import space_needed
+    from sglang_engram.tables.ssd_dirs import space_needed
 
     try:
         # NOTE: need and have in the same units: page-padded bytes on disk, for the

@@ -12,7 +12,11 @@ import argparse
 import logging
 from typing import Any
 
-from sglang_engram.config import DEFAULT_OFFLOAD, DEFAULT_RAM_CACHE_GB, EngramServerConfig
+from sglang_engram.args.server_config import (
+    DEFAULT_OFFLOAD,
+    DEFAULT_RAM_CACHE_GB,
+    EngramServerConfig,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -140,13 +144,13 @@ def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
 def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
     """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
     from engram.spec import has_engram
-    from sglang_engram.cpu_serving import adjust_for_cpu, check_cpu_engine
-    from sglang_engram.validation import (
+    from sglang_engram.args.startup_checks import (
         EngramStartupError,
         check_startup,
         is_tiny_model,
         read_model_config,
     )
+    from sglang_engram.integration.cpu_serving import adjust_for_cpu, check_cpu_engine
 
     check_cpu_engine(server_args)
     for change in adjust_for_cpu(server_args):
@@ -184,7 +188,7 @@ def graph_policy(server_args: Any, config: EngramServerConfig) -> None:
     upstream's DeepSeek-V4.1 keeps its graphs with those.
     """
     from engram.spec import has_engram
-    from sglang_engram.validation import is_tiny_model, read_model_config
+    from sglang_engram.args.startup_checks import is_tiny_model, read_model_config
 
     hf_config = read_model_config(getattr(server_args, "model_path", None)) or {}
     if not config.enabled or not has_engram(hf_config) or server_args.disable_cuda_graph:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from engram.files import GIB
-from sglang_engram import kernel_standin, rocm_checks
-from sglang_engram.compat import PINNED_SGLANG_VERSION, installed_sglang_version
+from sglang_engram.doctor import rocm as rocm_checks
+from sglang_engram.integration import kernel_standin
+from sglang_engram.integration.version_pin import PINNED_SGLANG_VERSION, installed_sglang_version
 
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
@@ -25,8 +26,8 @@ def plugin_entry_point(group: str = "sglang.srt.plugins") -> str | None:
 
 def hook_report() -> dict[str, str]:
     """Register the plugin and apply every hook now (imports the hooked modules)."""
-    from sglang_engram import plugin
-    from sglang_engram.hooks import HOOKS
+    from sglang_engram.integration import plugin
+    from sglang_engram.integration.hooks import HOOKS
 
     plugin.register()
     for hook in HOOKS:
@@ -38,7 +39,7 @@ def hook_report() -> dict[str, str]:
 def serving_report(placements: list[str]) -> dict[str, dict[str, str]]:
     """Per placement, which code serves the tables of DeepSeek-V4.1 (without and with
     the HBM hot cache) and of the tiny model."""
-    from sglang_engram.config import EngramServerConfig
+    from sglang_engram.args.server_config import EngramServerConfig
 
     report = {}
     for name in placements:

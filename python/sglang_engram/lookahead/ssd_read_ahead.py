@@ -24,7 +24,7 @@ import torch
 
 from engram.hashing import NgramHasher
 from engram.ssd.read_ahead import PrefetchHandle
-from sglang_engram import table_registry
+from sglang_engram.tables import served as table_registry
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """STAND-IN for ``sgl_kernel`` on a machine with no GPU where the real one cannot load.
 
-Installed by :mod:`sglang_engram.kernel_standin` (never on a GPU machine, never where the
+Installed by :mod:`sglang_engram.integration.kernel_standin` (never on a GPU machine, never where the
 real ``sgl_kernel`` imports). SGLang's modules import ``sgl_kernel`` at module level even
 on its CPU engine, whose forward pass needs none of it for the models this plugin serves
 (the tiny Engram model with ``--attention-backend torch_native``). This package lets
@@ -18,7 +18,7 @@ import types
 
 STANDIN = True
 __version__ = "0.0.0+sglang-engram-standin"
-# NOTE: set by sglang_engram.kernel_standin when it installs this package; inherited by
+# NOTE: set by sglang_engram.integration.kernel_standin when it installs this package; inherited by
 # every process SGLang starts, so each error says why the real package is absent.
 _WHY = os.environ.get("SGLANG_ENGRAM_KERNEL_STANDIN", "the real sgl_kernel cannot load here")
 

@@ -5,7 +5,7 @@ plugin replaces that name with :class:`PlacedEngramEmbedding`, which picks the c
 that serves the placement (``EngramServerConfig.upstream_serves_dsv4``):
 
 - ``hbm``, and ``dram`` without a hot cache: upstream's own class
-  (:mod:`sglang_engram.upstream_embedding`), its device or pinned host table;
+  (:mod:`sglang_engram.models.deepseek_v41.upstream_embedding`), its device or pinned host table;
 - ``ssd``, ``off`` and ``dram`` with ``--engram-hot-cache-gb``: this subclass, whose
   rows live in a core-library table: ``ssd`` (files under ``--engram-ssd-dir``,
   converted from the checkpoint on first start, reused afterwards), ``dram`` (pinned
@@ -32,14 +32,12 @@ from engram.spec import FP8_BLOCK, EngramSpec
 from engram.ssd.directory import shard_name
 from engram.tables import EngramTable
 from engram.tables.dram import packed_host_rows
-from sglang_engram import (
-    loading,
-    lookup_failures,
-    placement,
-    table_registry,
-    upstream_embedding,
-)
-from sglang_engram.config import EngramServerConfig, current_config
+from sglang_engram.args.server_config import EngramServerConfig, current_config
+from sglang_engram.integration import lookup_failures
+from sglang_engram.models.deepseek_v41 import upstream_embedding
+from sglang_engram.tables import opening as placement
+from sglang_engram.tables import served as table_registry
+from sglang_engram.tables import weight_filter as loading
 
 logger = logging.getLogger(__name__)
 

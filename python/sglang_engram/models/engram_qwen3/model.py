@@ -25,13 +25,14 @@ from sglang.srt.utils import add_prefix
 from torch import nn
 
 from engram.spec import EngramSpec
-from sglang_engram import loading, table_registry
-from sglang_engram.config import EngramServerConfig, current_config
-from sglang_engram.early_lookup import EarlyLookups
-from sglang_engram.models.engram_block import EngramBlock
-from sglang_engram.models.hasher import SlotHasher, load_serving_tokenizer
-from sglang_engram.models.weights import ENGRAM_PARAM, route_weight
-from sglang_engram.placement import serving_model_path
+from sglang_engram.args.server_config import EngramServerConfig, current_config
+from sglang_engram.lookahead.side_stream import EarlyLookups
+from sglang_engram.models.engram_qwen3.engram_block import EngramBlock
+from sglang_engram.models.engram_qwen3.hasher import SlotHasher, load_serving_tokenizer
+from sglang_engram.models.engram_qwen3.weights import ENGRAM_PARAM, route_weight
+from sglang_engram.tables import served as table_registry
+from sglang_engram.tables import weight_filter as loading
+from sglang_engram.tables.opening import serving_model_path
 
 logger = logging.getLogger(__name__)
 

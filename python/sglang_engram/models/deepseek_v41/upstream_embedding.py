@@ -25,8 +25,8 @@ from torch import nn
 from engram.fp8 import row_bytes
 from engram.tables import TableCounters
 from engram.tables.timing import LookupClock, Mark
-from sglang_engram import table_registry
-from sglang_engram.config import EngramServerConfig
+from sglang_engram.args.server_config import EngramServerConfig
+from sglang_engram.tables import served as table_registry
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +58,7 @@ def build(
     layer_id = args[2] if len(args) > 2 else kwargs["layer_id"]
     served = UpstreamTable(embedding, config.offload)
     setattr(embedding, ATTR, served)
-    table_registry.add(
-        int(layer_id), served, row_start=embedding.row_start, own_requests=True
-    )
+    table_registry.add(int(layer_id), served, row_start=embedding.row_start, own_requests=True)
     logger.info(
         "sglang-engram: layer %s Engram table in %s: %s (%d rows of this rank)",
         layer_id,
@@ -104,9 +102,7 @@ class UpstreamTable:
         self._shared = host is not None and host.layout == "shared"
         parallel = get_parallel()
         first_rank = parallel.tp_rank == 0
-        self._reads_own_ids = (
-            embedding.tp_size == 1 or embedding.peer is not None or self._shared
-        )
+        self._reads_own_ids = embedding.tp_size == 1 or embedding.peer is not None or self._shared
         self._first_of_attn_tp = parallel.attn_tp_rank == 0
         self._first_of_group = (
             first_rank
@@ -163,4 +159,3 @@ def count_lookups(
     rows = original(engram, hash_ids, *args, **kwargs)
     served.record(hash_ids.numel(), mark, cp_all_tokens)
     return rows
-

@@ -16,8 +16,9 @@ from torch import nn
 
 from engram.spec import EngramSpec
 from engram.tables import EngramTable
-from sglang_engram import lookup_failures, placement
-from sglang_engram.config import EngramServerConfig
+from sglang_engram.args.server_config import EngramServerConfig
+from sglang_engram.integration import lookup_failures
+from sglang_engram.tables import opening as placement
 
 # NOTE: the gate's |d| floor before the square root (reference §1.7).
 GATE_FLOOR = 1e-6
