@@ -223,6 +223,26 @@ def metrics_after(url: str, before: dict[str, float], name: str, timeout_s: floa
         time.sleep(0.5)
 
 
+def settled_metrics(
+    url: str, labelled: bool = False, wants: dict[str, float] | None = None, timeout_s: float = 30
+) -> dict[str, float]:
+    """``metrics`` once every name in ``wants`` reached its value and two reads a second
+    apart agree, or as it is at the timeout.
+
+    NOTE: the plugin folds the tables' counters into /metrics once a second, so a read
+    right after a request finished can miss that request's last steps: a count taken
+    as "before" must settle too, or the next request is charged for them."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, float] | None = None
+    while True:
+        now = metrics(url, labelled)
+        reached = all(now.get(k, 0) >= v for k, v in (wants or {}).items())
+        if (reached and now == last) or time.monotonic() > deadline:
+            return now
+        last = now
+        time.sleep(1.1)
+
+
 def metrics(url: str, labelled: bool = False) -> dict[str, float]:
     """``sglang:engram_*`` samples of /metrics (``..._total``, ``..._count``, ...), summed
     over labels (or keyed ``name{label=value,...}`` with ``labelled``)."""

@@ -38,6 +38,7 @@ from test.serving.server import (
     generate_ids,
     metrics,
     post,
+    settled_metrics,
     sglang_router,
     sglang_server,
 )
@@ -189,7 +190,7 @@ def test_decode_history_is_seeded_from_the_prompt(pd, reference):
     server would: on prompts where a history of pads or zeros changes the best next
     token, the served second token is the reference's."""
     cases = _history_sensitive_prompts(reference, 4, random.Random())
-    before = metrics(pd.decode_dram).get(ROWS, 0)
+    before = settled_metrics(pd.decode_dram).get(ROWS, 0)
     served = _serve(pd.router_dram, [p for p, _ in cases])
     for (prompt, first), tokens in zip(cases, served, strict=True):
         assert tokens[0] == first

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from test.serving.server import (
     generate_ids,
     metrics,
     post,
+    settled_metrics,
     sglang_server,
 )
 
@@ -109,28 +109,13 @@ def test_off_serves_the_model_without_engram(server, reference):
     assert not any(k.startswith(ROWS) and v for k, v in metrics(server.url).items())
 
 
-def _metrics_settled(url: str, wants: dict[str, float], timeout_s: float = 30) -> dict:
-    """Labelled /metrics once every name in ``wants`` reached its value and two reads a
-    second apart agree (the plugin folds the tables' counters in once a second, one
-    after another), or as they are at the timeout."""
-    deadline = time.monotonic() + timeout_s
-    last: dict = {}
-    while True:
-        now = metrics(url, labelled=True)
-        done = all(now.get(k, 0) >= v for k, v in wants.items()) and now == last
-        if done or time.monotonic() > deadline:
-            return now
-        last = now
-        time.sleep(1.0)
-
-
 def _rows_after(url: str, before: dict, spec: EngramSpec, prompts: list[list[int]]) -> dict:
     """/metrics once the rows of serving ``prompts`` are all counted: each request looks up
     its prompt, then every new token but the last, at every Engram layer, (N - 1) * H
     rows per token."""
     tokens = sum(len(p) + NEW_TOKENS - 1 for p in prompts)
     keys = [f"{ROWS}{{layer={layer}}}" for layer in spec.layer_ids]
-    return _metrics_settled(url, {k: before.get(k, 0) + tokens * spec.n_cols for k in keys})
+    return settled_metrics(url, True, {k: before.get(k, 0) + tokens * spec.n_cols for k in keys})
 
 
 def _sum(values: dict, name: str) -> float:
@@ -142,7 +127,7 @@ def _sum(values: dict, name: str) -> float:
 def test_metrics_count_the_rows_each_request_looks_up(server, reference, spec):
     url, placement = server.url, server.placement
     prompts = random_prompts(reference, 3, random.Random())
-    before = metrics(url, labelled=True)
+    before = settled_metrics(url, labelled=True)
     _served(url, prompts)
     after = _rows_after(url, before, spec, prompts)
     tokens = sum(len(p) + NEW_TOKENS - 1 for p in prompts)
@@ -176,7 +161,7 @@ def test_metrics_count_the_rows_each_request_looks_up(server, reference, spec):
 def test_ssd_ram_cache_and_read_ahead_are_counted(server, reference, spec):
     url = server.url
     prompts = random_prompts(reference, 3, random.Random())
-    before = metrics(url, labelled=True)
+    before = settled_metrics(url, labelled=True)
     _served(url, prompts)
     after = _rows_after(url, before, spec, prompts)
 

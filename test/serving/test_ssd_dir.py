@@ -29,9 +29,9 @@ from test.serving.reference import agreement, load_reference, random_prompts
 from test.serving.server import (
     build_tiny_model,
     generate_ids,
-    metrics,
     metrics_after,
     post,
+    settled_metrics,
     sglang_server,
 )
 from test.ssd.helpers import REPO
@@ -123,7 +123,7 @@ def test_cpu_tools_and_a_server_reuse_a_converted_dir_and_contain_damage(convert
         target = sorted(_blocks(reference, hit, 0, layout.rows_per_block) - spared - edges)
         assert target, "the second prompt needs no block of its own"
         _damage_blocks(layer1, target)
-        before = metrics(url)
+        before = settled_metrics(url)
         status, body = post(
             url,
             "/generate",
