@@ -20,10 +20,12 @@ reassembles them (``_lookup``/``_dp_sharded_lookup`` call our ``_owned_rows``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
-from sglang.srt.layers.engram import Engram, EngramEmbedding, shard_range
+from sglang.srt.environ import envs
+from sglang.srt.layers.engram import Engram, EngramEmbedding
 from sglang.srt.runtime_context import get_parallel
 from torch import nn
 
@@ -35,9 +37,7 @@ from engram.tables.dram import packed_host_rows
 from sglang_engram.args.server_config import EngramServerConfig, current_config
 from sglang_engram.integration import lookup_failures
 from sglang_engram.models.deepseek_v41 import upstream_embedding
-from sglang_engram.tables import opening as placement
-from sglang_engram.tables import served as table_registry
-from sglang_engram.tables import weight_filter as loading
+from sglang_engram.tables import opening, served, weight_filter
 
 logger = logging.getLogger(__name__)
 
@@ -48,53 +48,53 @@ class PlacedEngramEmbedding(EngramEmbedding):
     def __new__(cls, *args: object, **kwargs: object) -> EngramEmbedding:
         config = current_config()
         if cls is PlacedEngramEmbedding and config.upstream_serves_dsv4:
-            # NOTE: not an instance of cls, so Python skips our __init__. The base is
-            # read from the class: the hook rebinds the module-level upstream name to us.
+            # NOTE: SGLang builds every layer's table through the one name
+            # ``EngramEmbedding`` (in ``Engram.__init__``), and a class is replaced by a
+            # subclass (SGLang's hook registry warns that a function there breaks
+            # isinstance; test_every_hook_target_exists_upstream checks ours is one), so
+            # the class is chosen here: upstream's, built by its own constructor (not an
+            # instance of cls, so Python skips our __init__). The base is read from the
+            # class: the hook rebinds the module-level name to us.
             return upstream_embedding.build(cls.__base__, config, *args, **kwargs)
         return super().__new__(cls)
 
     def __init__(
         self, num_embeddings: int, dim: int, layer_id: int, column_bounds: tuple[int, ...]
     ):
-        # NOTE: upstream's __init__ allocates the rows (device or its own host table);
-        # only nn.Module's runs here, and every attribute upstream's forward path
-        # reads is set below with its "no peer shards, no host table" value.
-        nn.Module.__init__(self)
+        # NOTE: recorded before the meta device below hides it: __init__ runs inside
+        # SGLang's device context, but finish_load runs from load_weights, outside it
+        # (where the default is the CPU).
+        device = _serving_device()
+        # NOTE: upstream's constructor sets every attribute its forward path reads (the
+        # shard range, "no peer shards, no host table"); run with those two switched off
+        # and on the meta device, its device rows allocate nothing. Ours replace them
+        # below. test_upstream_classes compares the attributes with an upstream-built
+        # instance, so one a new SGLang sets differently fails there.
+        with _device_table_branch(), torch.device("meta"):
+            super().__init__(num_embeddings, dim, layer_id, column_bounds)
         parallel = get_parallel()
         self.config: EngramServerConfig = current_config()
         self.placement = self.config.offload
         self.layer_id = layer_id
-        self.dim = dim
-        self.tp_size = parallel.tp_size
-        self.row_start, row_end = shard_range(
-            num_embeddings, column_bounds, parallel.tp_rank, self.tp_size
-        )
-        self.rows = row_end - self.row_start
         self.shard = shard_name(parallel.tp_rank, self.tp_size)
-        self.host_table = None
-        self.peer = None
-        self._sort_host_reads = False
-        self.staged_by_scheduler = False
         self.table: EngramTable | None = None
-        # NOTE: recorded now: __init__ runs inside SGLang's device context, but
-        # finish_load runs from load_weights, outside it (where the default is the CPU).
-        self.device = _serving_device()
+        self.device = device
         # the Engram tables of this process share the cache flags' budgets
-        self.tables = placement.engram_table_count(placement.serving_model_path())
+        self.tables = opening.engram_table_count(opening.serving_model_path())
         if self.placement == "ssd":
             # Streams this rank's rows from the checkpoint files (first start only).
-            self.table = placement.ssd_table(
+            self.table = opening.ssd_table(
                 self.config,
                 layer_id,
-                model_path=placement.serving_model_path(),
-                rows=(self.row_start, row_end),
+                model_path=opening.serving_model_path(),
+                rows=(self.row_start, self.row_start + self.rows),
                 head_dim=dim,
                 device=self.device,
                 tables=self.tables,
                 shard=self.shard,
             )
         if self.placement != "dram":
-            loading.skip_tables(layers={layer_id})
+            weight_filter.skip_tables(layers={layer_id})
         weight, scale = self._load_targets()
         self.weight = nn.Parameter(weight.view(torch.float8_e4m3fn), requires_grad=False)
         self.scale = nn.Parameter(scale.view(torch.float8_e8m0fnu), requires_grad=False)
@@ -121,7 +121,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
 
     def finish_load(self, label: str) -> None:
         if self.placement == "dram" and self.table is None:
-            self.table = placement.build_table(
+            self.table = opening.build_table(
                 self.config,
                 self.layer_id,
                 self.weight.data,
@@ -175,7 +175,7 @@ def after_model_init(
     if upstream is None or server.offload != "ssd" or not server.prefetch:
         return
     spec = EngramSpec.from_hf_config(config)
-    table_registry.set_hasher(
+    served.set_hasher(
         NgramHasher(
             spec,
             upstream.token_map.cpu(),
@@ -183,6 +183,16 @@ def after_model_init(
             image_token_id=upstream.image_token_id,
         )
     )
+
+
+@contextmanager
+def _device_table_branch() -> Iterator[None]:
+    """Upstream's switches set so that its constructor takes the device-table branch."""
+    with (
+        envs.SGLANG_OPT_DSV41_ENGRAM_PEER_SHARDS.override(False),
+        envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.override(False),
+    ):
+        yield
 
 
 def _serving_device() -> torch.device:

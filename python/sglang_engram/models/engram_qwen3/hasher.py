@@ -28,9 +28,11 @@ class SlotHasher(EngramHasher):
     def __init__(
         self, spec: EngramSpec, token_map: torch.Tensor, *, image_token_id: int | None = None
     ):
-        # NOTE: upstream's __init__ builds its own token map from a tokenizer; ours is
-        # built (and cached) by the core library, so only nn.Module's init runs here and
-        # every attribute upstream's forward reads is set below.
+        # NOTE: upstream's __init__ needs a tokenizer and rebuilds the token map from it
+        # (uncached, on every start and rank); ours comes from the core library (cached,
+        # and any token map for the tests), so only nn.Module's init runs here and the
+        # attributes upstream's methods read are set below. test_upstream_classes compares
+        # them with an upstream-built hasher's, so one a new SGLang adds fails there.
         nn.Module.__init__(self)
         reference = NgramHasher(spec, token_map, image_token_id=image_token_id)
         self.reference = reference
