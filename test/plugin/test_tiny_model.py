@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram.models.engram_qwen3.weights import ENGRAM_PARAM, PARAM, Route, route_weight
+from sglang_engram.models.engram_qwen3.weights import PARAM, TABLE_TENSOR, Route, route_weight
 
 from engram.hashing import NgramHasher
 from engram.spec import EngramSpec
@@ -51,8 +51,8 @@ def test_checkpoint_names_route_to_sglang_parameters():
             PARAM, f"model.layers.{i}.mlp.down_proj.weight"
         ),
         "lm_head.weight": Route(PARAM, "lm_head.weight"),
-        f"model.layers.{i}.engram.embed.weight": Route(ENGRAM_PARAM, "weight", layer_id=i),
-        f"model.layers.{i}.engram.embed.scale": Route(ENGRAM_PARAM, "scale", layer_id=i),
+        f"model.layers.{i}.engram.embed.weight": Route(TABLE_TENSOR, "weight", layer_id=i),
+        f"model.layers.{i}.engram.embed.scale": Route(TABLE_TENSOR, "scale", layer_id=i),
         f"model.layers.{i}.engram.wkv.weight": Route(
             PARAM, f"model.layers.{i}.engram.wkv.weight", layer_id=i
         ),

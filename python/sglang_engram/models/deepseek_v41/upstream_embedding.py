@@ -2,7 +2,7 @@
 
 Upstream's ``EngramEmbedding`` holds a layer's rows in device memory, or, with its host
 table switched on, in pinned host memory the GPU reads over UVA. Both run in upstream's
-CI on GPUs, so the plugin builds that class for these placements (``dsv4.py`` decides)
+CI on GPUs, so the plugin builds that class for these placements (``layers.py`` decides)
 and adds only what upstream lacks:
 
 - the placement comes from ``--engram-offload``: upstream's own switch
@@ -26,7 +26,7 @@ from engram.fp8 import row_bytes
 from engram.tables import TableCounters
 from engram.tables.timing import LookupClock, Mark
 from sglang_engram.args.server_config import EngramServerConfig
-from sglang_engram.tables import served as table_registry
+from sglang_engram.tables import served
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +56,9 @@ def build(
                 switches.enter_context(layout.override("per_rank"))
         embedding = upstream_cls(*args, **kwargs)
     layer_id = args[2] if len(args) > 2 else kwargs["layer_id"]
-    served = UpstreamTable(embedding, config.offload)
-    setattr(embedding, ATTR, served)
-    table_registry.add(int(layer_id), served, row_start=embedding.row_start, own_requests=True)
+    table = UpstreamTable(embedding, config.offload)
+    setattr(embedding, ATTR, table)
+    served.add(int(layer_id), table, row_start=embedding.row_start, own_requests=True)
     logger.info(
         "sglang-engram: layer %s Engram table in %s: %s (%d rows of this rank)",
         layer_id,
@@ -113,10 +113,16 @@ class UpstreamTable:
         # NOTE: built inside SGLang's default-device context: the device that reads the rows.
         self._clock = LookupClock(torch.device(torch.get_default_device()))
 
+    @property
+    def tier(self) -> str:
+        """The memory tier holding the rows. NOTE: upstream's tables have no hot cache:
+        every row is in the placement's own tier (hbm: device, dram: pinned host)."""
+        return self.placement
+
     def memory(self) -> dict[str, int]:
-        """Bytes of the rows (the shared host table once, on TP rank 0)."""
+        """Bytes of the rows per tier (the shared host table once, on TP rank 0)."""
         held = self.embedding.weight.numel() + self.embedding.scale.numel()
-        return {self.placement: held if self._holds_memory else 0}
+        return {self.tier: held if self._holds_memory else 0}
 
     def start(self) -> Mark:
         return self._clock.start()
@@ -137,7 +143,7 @@ class UpstreamTable:
         requested = rows if mine else 0
         read = rows if self._reads_own_ids or mine else 0
         self.counters.record(
-            requested, read, {self.placement: read * self.row_bytes}, self._clock.stop(mark)
+            requested, read, {self.tier: read * self.row_bytes}, self._clock.stop(mark)
         )
 
 
@@ -150,12 +156,12 @@ def count_lookups(
 ) -> torch.Tensor:
     """AROUND ``Engram.embed_rows`` (every lookup of a layer, staged rows included):
     count the lookups of tables upstream serves (ours count their own)."""
-    served: UpstreamTable | None = getattr(engram.embed, ATTR, None)
-    if served is None:
+    table: UpstreamTable | None = getattr(engram.embed, ATTR, None)
+    if table is None:
         return original(engram, hash_ids, *args, **kwargs)
     # NOTE: Engram calls embed_rows(hash_ids, forward_batch, cp_all_tokens).
     cp_all_tokens = bool(args[1] if len(args) > 1 else kwargs.get("cp_all_tokens", False))
-    mark = served.start()
+    mark = table.start()
     rows = original(engram, hash_ids, *args, **kwargs)
-    served.record(hash_ids.numel(), mark, cp_all_tokens)
+    table.record(hash_ids.numel(), mark, cp_all_tokens)
     return rows

@@ -18,7 +18,7 @@ from engram.spec import EngramSpec
 from engram.tables import EngramTable
 from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.integration import lookup_failures
-from sglang_engram.tables import opening as placement
+from sglang_engram.tables import opening
 
 # NOTE: the gate's |d| floor before the square root (reference §1.7).
 GATE_FLOOR = 1e-6
@@ -58,7 +58,7 @@ class EngramBlock(nn.Module):
 
     def open_ssd(self, model_path: str) -> None:
         """ssd: convert the table from the checkpoint files (first start) or reopen it."""
-        self.table = placement.ssd_table(
+        self.table = opening.ssd_table(
             self.config,
             self.layer_id,
             model_path=model_path,
@@ -74,7 +74,7 @@ class EngramBlock(nn.Module):
         if len(self._staged) < 2:
             return
         weight, scale = self._staged.pop("weight"), self._staged.pop("scale")
-        self.table = placement.build_table(
+        self.table = opening.build_table(
             self.config,
             self.layer_id,
             weight,

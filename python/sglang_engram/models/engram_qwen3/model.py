@@ -29,9 +29,8 @@ from sglang_engram.args.server_config import EngramServerConfig, current_config
 from sglang_engram.lookahead.side_stream import EarlyLookups
 from sglang_engram.models.engram_qwen3.engram_block import EngramBlock
 from sglang_engram.models.engram_qwen3.hasher import SlotHasher, load_serving_tokenizer
-from sglang_engram.models.engram_qwen3.weights import ENGRAM_PARAM, route_weight
-from sglang_engram.tables import served as table_registry
-from sglang_engram.tables import weight_filter as loading
+from sglang_engram.models.engram_qwen3.weights import TABLE_TENSOR, route_weight
+from sglang_engram.tables import served, weight_filter
 from sglang_engram.tables.opening import serving_model_path
 
 logger = logging.getLogger(__name__)
@@ -112,7 +111,7 @@ class EngramQwen3Model(nn.Module):
         )
         if self.engram_hasher is not None and engram.prefetch and engram.offload == "ssd":
             # the scheduler hashes prompts and new tokens with it to read SSD rows ahead
-            table_registry.set_hasher(self.engram_hasher.reference)
+            served.set_hasher(self.engram_hasher.reference)
         # NOTE: only device lookups go on the side stream early; an ssd lookup reads
         # files on the host, which before layer 0 would hold back every launch (the
         # read-ahead above is its prefetch).
@@ -152,7 +151,7 @@ class EngramQwen3ForCausalLM(nn.Module):
         self.engram = current_config()
         if self.engram.offload in ("off", "ssd"):
             # off: nothing Engram is loaded; ssd: the tables stream from the files.
-            loading.skip_tables(all_tables=True)
+            weight_filter.skip_tables(all_tables=True)
         self.model = EngramQwen3Model(
             config, self.engram, quant_config, prefix=add_prefix("model", prefix)
         )
@@ -199,7 +198,7 @@ class EngramQwen3ForCausalLM(nn.Module):
             route = route_weight(name, engram_enabled=self.engram.enabled)
             if route is None:
                 continue
-            if route.kind == ENGRAM_PARAM:
+            if route.kind == TABLE_TENSOR:
                 block = blocks[route.layer_id]
                 if block.table is None:
                     block.load_table_tensor(route.param, tensor)
@@ -216,8 +215,8 @@ class EngramQwen3ForCausalLM(nn.Module):
         missing = [b.layer_id for b in self.model.blocks if b.table is None]
         if missing:
             raise ValueError(f"the checkpoint has no Engram table for layers {missing}")
-        loading.reset_skips()
-        table_registry.log_placement(
+        weight_filter.reset_skips()
+        served.log_placement(
             self.engram.offload, self.engram.role_name, self.engram.implementation(tiny=True)
         )
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# Route kinds: an nn.Parameter of the SGLang model (by its name), or a tensor of a
+# layer's Engram table (its "weight" or "scale": ``EngramBlock.load_table_tensor``; the
+# tiny model holds the table in a core-library table, not in a parameter).
 PARAM = "param"
-ENGRAM_PARAM = "engram_table"
+TABLE_TENSOR = "table_tensor"
 
 # (checkpoint name piece, fused SGLang parameter piece, shard id)
 _STACKED = (
@@ -25,7 +28,7 @@ _ENGRAM = re.compile(r"^model\.layers\.(\d+)\.engram\.")
 
 @dataclass(frozen=True)
 class Route:
-    kind: str  # PARAM: an nn.Parameter; ENGRAM_PARAM: a table's weight or scale
+    kind: str  # PARAM or TABLE_TENSOR
     param: str  # parameter name, or "weight" / "scale" of the layer's table
     shard: str | int | None = None
     layer_id: int | None = None
@@ -39,7 +42,7 @@ def route_weight(name: str, *, engram_enabled: bool) -> Route | None:
             return None
         table = _TABLE.match(name)
         if table:
-            return Route(ENGRAM_PARAM, table.group(2), layer_id=int(table.group(1)))
+            return Route(TABLE_TENSOR, table.group(2), layer_id=int(table.group(1)))
         return Route(PARAM, name, layer_id=int(engram.group(1)))
     if "rotary_emb.inv_freq" in name:
         return None
