@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtual environment and install sglang-engram into it
-# with SGLang 0.5.23, the test tools and the cluster extra (Ray, sglang-router); on a
-# machine without a GPU also the pd-cpu extra (mooncake's non-CUDA KV transfer) and the
-# libibverbs1 system library it loads. Idempotent; the first run downloads ~11 GB.
+# with SGLang 0.5.23 and every extra: the test tools, cluster (Ray, sglang-router, psutil)
+# and compare (scipy, matplotlib, psutil); on a machine without a GPU also the pd-cpu extra
+# (mooncake's non-CUDA KV transfer) and the libibverbs1 system library it loads.
+# Idempotent; the first run downloads ~11 GB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${ENGRAM_VENV:-.venv}"
-EXTRAS="test,cluster"
+EXTRAS="test,cluster,compare"
 if ! compgen -G "/dev/nvidia[0-9]*" >/dev/null && [ ! -e /dev/kfd ]; then
   EXTRAS="$EXTRAS,pd-cpu"
   if ! ldconfig -p 2>/dev/null | grep -q "libibverbs.so.1 "; then
@@ -32,6 +33,6 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c "
   exit 0
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-echo "setup: installing sglang-engram[$EXTRAS] (sglang==0.5.23, torch, triton, ray, sglang-router) into $VENV"
+echo "setup: installing sglang-engram[$EXTRAS] (sglang==0.5.23, torch, triton, ray, sglang-router, scipy, matplotlib) into $VENV"
 "$VENV/bin/python" -m pip install --quiet --progress-bar off -e ".[$EXTRAS]"
 echo "$WANT" > "$STAMP"

@@ -179,7 +179,13 @@ def train_one(
     if tables:
         groups.append({"params": tables, "weight_decay": 0.0, "mult": opts.engram_lr_mult})
     optim = torch.optim.AdamW(groups, lr=opts.lr, betas=(0.9, 0.95))
-    batches = Batches(stream, model, opts)
+    batches = Batches(
+        stream,
+        model.hasher,
+        seq_len=opts.seq_len,
+        batch_size=opts.batch_size,
+        seed=opts.seed + 2,
+    )
     cap = None if opts.minutes is None else opts.minutes * 60.0 / 2
     start = last = time.perf_counter()
     step, loss_value, stopped = 0, float("nan"), False

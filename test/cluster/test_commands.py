@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sglang_engram.cluster.layout import Node
+from sglang_engram.cluster.assignment import Node
 from sglang_engram.cluster.plan import build_plan
 from sglang_engram.cluster.spec import load_spec, parse_spec
 

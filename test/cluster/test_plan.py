@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sglang_engram.cluster.layout import Node, assign_nodes
+from sglang_engram.cluster.assignment import Node, assign_nodes
 from sglang_engram.cluster.plan import CPU_KV_TOKENS, build_plan
 from sglang_engram.cluster.spec import ClusterSpecError, parse_spec
 

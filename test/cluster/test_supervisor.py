@@ -14,7 +14,7 @@ import psutil
 import pytest
 from sglang_engram.cluster.engram_gauges import parse_engram_gauges, summarize
 from sglang_engram.cluster.spec import RestartPolicy
-from sglang_engram.cluster.supervisor import ProcessSpec, ProcessSupervisor
+from sglang_engram.cluster.supervisor import ProcessCommand, ProcessSupervisor
 
 # Serves /health, and forks a grandchild that sleeps (like SGLang's scheduler processes).
 SERVER = """
@@ -51,21 +51,21 @@ def _until(cond, timeout_s: float = 30.0) -> None:
 def test_restarts_with_backoff_then_gives_up(tmp_path):
     code = random.randint(3, 100)
     policy = RestartPolicy(max_restarts=2, backoff_s=0.3, max_backoff_s=0.5)
-    spec = ProcessSpec(
+    command = ProcessCommand(
         name="crasher",
         argv=(sys.executable, "-c", f"import sys; print('up'); sys.exit({code})"),
         log_path=str(tmp_path / "crasher.log"),
         health_url="http://127.0.0.1:1/health",
         restart=policy,
     )
-    sup = ProcessSupervisor(spec)
+    sup = ProcessSupervisor(command)
     start = time.monotonic()
     sup.start()
     _until(lambda: sup.state == "failed")
     snap = sup.snapshot()
     assert snap["restarts"] == 2 and snap["exit_codes"] == [code] * 3
     assert time.monotonic() - start >= 0.3 + 0.5  # both backoffs were waited out
-    log = Path(spec.log_path).read_text()
+    log = Path(command.log_path).read_text()
     assert log.count("\nup\n") + log.startswith("up\n") == 3
     assert "gave up after 2 restarts" in log and snap["error"].endswith("gave up after 2 restarts")
     assert [policy.delay(n) for n in (1, 2, 3)] == [0.3, 0.5, 0.5]
@@ -81,7 +81,7 @@ def test_a_process_that_cannot_be_spawned_fails_at_once(tmp_path, broken):
         log.mkdir()  # a log that cannot be written (even by root)
     argv = (str(missing),) if broken == "command" else (sys.executable, "-c", "pass")
     sup = ProcessSupervisor(
-        ProcessSpec(
+        ProcessCommand(
             name="x",
             argv=argv,
             log_path=str(log),
@@ -102,7 +102,7 @@ def test_a_process_that_cannot_be_spawned_fails_at_once(tmp_path, broken):
 
 def test_health_restart_and_stop_of_the_whole_tree(tmp_path):
     port = _free_port()
-    spec = ProcessSpec(
+    command = ProcessCommand(
         name="server",
         argv=(sys.executable, "-c", SERVER, str(port)),
         log_path=str(tmp_path / "logs" / "server.log"),
@@ -110,7 +110,7 @@ def test_health_restart_and_stop_of_the_whole_tree(tmp_path):
         restart=RestartPolicy(max_restarts=1, backoff_s=0.2),
         stop_grace_s=5,
     )
-    sup = ProcessSupervisor(spec)
+    sup = ProcessSupervisor(command)
     sup.start()
     _until(lambda: sup.state == "running")
     first = psutil.Process(sup.snapshot()["pid"])
@@ -127,7 +127,7 @@ def test_health_restart_and_stop_of_the_whole_tree(tmp_path):
     assert sorted(stopped) == sorted(p.pid for p in tree)
     assert sup.state == "stopped"
     assert not any(_alive(p) for p in tree)
-    assert "restart 1 in 0.2s" in Path(spec.log_path).read_text()
+    assert "restart 1 in 0.2s" in Path(command.log_path).read_text()
 
 
 def test_the_process_gets_its_environment_on_top_of_the_supervisors(tmp_path, monkeypatch):
@@ -138,7 +138,7 @@ def test_the_process_gets_its_environment_on_top_of_the_supervisors(tmp_path, mo
         "import os, sys; open(sys.argv[1], 'w').write("
         "os.environ['SUPERVISOR_TEST_SET'] + ' ' + os.environ['SUPERVISOR_TEST_INHERITED'])"
     )
-    spec = ProcessSpec(
+    command = ProcessCommand(
         name="env",
         argv=(sys.executable, "-c", script, str(out)),
         log_path=str(tmp_path / "env.log"),
@@ -146,12 +146,13 @@ def test_the_process_gets_its_environment_on_top_of_the_supervisors(tmp_path, mo
         env={"SUPERVISOR_TEST_SET": value},
         restart=RestartPolicy(max_restarts=0),
     )
-    sup = ProcessSupervisor(spec)
+    sup = ProcessSupervisor(command)
     sup.start()
     _until(lambda: sup.state == "failed")  # it exits at once; no restarts allowed
     assert out.read_text() == f"{value} kept"
     assert (
-        f"start: SUPERVISOR_TEST_SET={value} {sys.executable} -c" in Path(spec.log_path).read_text()
+        f"start: SUPERVISOR_TEST_SET={value} {sys.executable} -c"
+        in Path(command.log_path).read_text()
     )
     sup.stop()
 

@@ -16,18 +16,23 @@ import ray
 
 from sglang_engram.cluster.engram_gauges import fetch_engram_gauges
 from sglang_engram.cluster.registration import RouterRegistrar
-from sglang_engram.cluster.supervisor import ProcessSpec, ProcessSupervisor
+from sglang_engram.cluster.supervisor import ProcessCommand, ProcessSupervisor
 
 
 class ServerActor:
     def __init__(
-        self, spec: ProcessSpec, *, role: str, port: int, bootstrap_port: int | None = None
+        self,
+        command: ProcessCommand,
+        *,
+        role: str,
+        port: int,
+        bootstrap_port: int | None = None,
     ) -> None:
         self.role = role
         self.host = ray.util.get_node_ip_address()
         self.url = f"http://{self.host}:{port}"
         self.gpu_ids = [str(i) for i in ray.get_gpu_ids()]
-        self.supervisor = ProcessSupervisor(spec)
+        self.supervisor = ProcessSupervisor(command)
         self.registrar = None
         if role != "router":
             self.registrar = RouterRegistrar(self.url, role, bootstrap_port, self._worker_state)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import signal
@@ -12,6 +11,7 @@ import time
 from engram.cli import Parser, RawDescriptionFormatter, number, run
 from sglang_engram.cluster.spec import ClusterError, ClusterSpecError, load_spec
 from sglang_engram.cluster.state import HOME_ENV, ClusterState
+from sglang_engram.extras import require_extra
 
 _DESCRIPTION = f"""\
 Run a PD-disaggregated sglang-engram deployment on a Ray cluster: prefill workers that
@@ -74,16 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
 
     def body() -> int:
-        missing = [
-            package
-            for module, package in (("ray", "Ray"), ("sglang_router", "sglang-router"))
-            if not _importable(module)
-        ]
-        if missing:
-            raise ClusterError(
-                f"the cluster launcher needs {' and '.join(missing)}: "
-                "pip install 'sglang-engram[cluster]'"
-            )
+        require_extra("cluster", "the cluster launcher")
         return _COMMANDS[args.command](args)
 
     # NOTE: a spec or flag at fault exits 2; anything else the cluster reports (Ray
@@ -91,17 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     return run(body, args, usage=(ClusterSpecError,), runtime=(ClusterError,))
 
 
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def _plan(args: argparse.Namespace) -> int:
     import ray
 
-    from sglang_engram.cluster.layout import local_node, ray_nodes
+    from sglang_engram.cluster.assignment import local_node, ray_nodes
     from sglang_engram.cluster.plan import build_plan
     from sglang_engram.cluster.ray_session import connect
 

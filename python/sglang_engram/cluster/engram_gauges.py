@@ -1,36 +1,33 @@
 """The plugin's Engram gauges (``sglang:engram_*``) on a worker's /metrics, for ``status``.
 
 Counters and histograms are left out; no gauges at all (no plugin, metrics disabled, a
-non-Engram model) is not an error.
+non-Engram model) is not an error, nor is a /metrics that does not answer.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import requests
-from prometheus_client.parser import text_string_to_metric_families
-
-PREFIX = "sglang:engram_"
+from sglang_engram.metrics.names import PREFIX
+from sglang_engram.metrics.scrape import Sample, ScrapeError, parse_engram_samples, scrape_engram
 
 
 def parse_engram_gauges(text: str) -> list[dict[str, Any]]:
     """``[{"name", "labels", "value"}]`` for each ``sglang:engram_*`` gauge sample in ``text``."""
-    return [
-        {"name": s.name, "labels": dict(s.labels), "value": s.value}
-        for family in text_string_to_metric_families(text)
-        if family.type == "gauge" and family.name.startswith(PREFIX)
-        for s in family.samples
-    ]
+    return _gauges(parse_engram_samples(text))
 
 
 def fetch_engram_gauges(metrics_url: str) -> list[dict[str, Any]]:
     try:
-        resp = requests.get(metrics_url, timeout=3)
-        resp.raise_for_status()
-        return parse_engram_gauges(resp.text)
-    except (requests.RequestException, ValueError):  # ValueError: not the text format
+        return _gauges(scrape_engram(metrics_url, timeout_s=3))
+    except ScrapeError:
         return []
+
+
+def _gauges(samples: list[Sample]) -> list[dict[str, Any]]:
+    return [
+        {"name": s.name, "labels": s.labels, "value": s.value} for s in samples if s.kind == "gauge"
+    ]
 
 
 def summarize(samples: list[dict[str, Any]]) -> str:

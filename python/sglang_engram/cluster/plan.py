@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_engram.cluster.layout import Node, assign_nodes, spread_nodes
+from sglang_engram.cluster.assignment import Node, assign_nodes, spread_nodes
 from sglang_engram.cluster.spec import ClusterSpec, WorkerGroup
 from sglang_engram.cluster.state import run_dir
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR

@@ -15,8 +15,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from engram.files import atomic_write
 from sglang_engram.cluster.spec import ClusterError
 
@@ -49,6 +47,8 @@ class ClusterState:
     def up_alive(self) -> bool:
         """Whether the `up` that owns the cluster still runs (an exited one that its
         parent has not reaped yet is a zombie, not running)."""
+        import psutil  # NOTE: the launcher checks its extra first; it holds psutil
+
         try:
             up = psutil.Process(self.up_pid)
             return up.create_time() == self.up_started and up.status() != psutil.STATUS_ZOMBIE

@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-import requests
-
 from sglang_engram.cluster.spec import RestartPolicy
+from sglang_engram.server_process import probe, stop_group
 
 # States: starting (spawned, health not yet answered), running (healthy), unhealthy (alive,
 # its health check fails after having passed), restarting (dead, waiting out the backoff),
@@ -35,7 +33,9 @@ from sglang_engram.cluster.spec import RestartPolicy
 
 
 @dataclass(frozen=True)
-class ProcessSpec:
+class ProcessCommand:
+    """What a supervisor runs: a command line, its log, its health URL, how to restart it."""
+
     name: str
     argv: tuple[str, ...]
     log_path: str
@@ -46,8 +46,8 @@ class ProcessSpec:
 
 
 class ProcessSupervisor:
-    def __init__(self, spec: ProcessSpec) -> None:
-        self.spec = spec
+    def __init__(self, command: ProcessCommand) -> None:
+        self.command = command
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -61,14 +61,14 @@ class ProcessSupervisor:
 
     def start(self) -> None:
         self.state = "starting"
-        self._thread = threading.Thread(target=self._run, name=self.spec.name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.command.name, daemon=True)
         self._thread.start()
 
     def stop(self) -> list[int]:
         """Stop the process tree (TERM, then KILL after the grace period); return its pids."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self.spec.stop_grace_s + 15)
+            self._thread.join(self.command.stop_grace_s + 15)
         with self._lock:
             if self.state != "failed":
                 self.state = "stopped"
@@ -81,16 +81,16 @@ class ProcessSupervisor:
                 "state": self.state,
                 "pid": proc.pid if proc is not None and proc.poll() is None else None,
                 "restarts": self.restarts,
-                "max_restarts": self.spec.restart.max_restarts,
+                "max_restarts": self.command.restart.max_restarts,
                 "exit_codes": list(self._exit_codes),
                 "uptime_s": None if self._started_at is None else time.time() - self._started_at,
-                "log": self.spec.log_path,
+                "log": self.command.log_path,
                 "error": self._error,
             }
 
     def log_tail(self, lines: int = 20) -> list[str]:
         try:
-            with open(self.spec.log_path, errors="replace") as f:
+            with open(self.command.log_path, errors="replace") as f:
                 return [line.rstrip("\n") for line in collections.deque(f, lines)]
         except OSError:
             return []
@@ -108,17 +108,17 @@ class ProcessSupervisor:
             code = self._watch(proc)
             if code is None:  # stop requested; the tree is already down
                 return
-            _stop_group(proc.pid, 5.0)  # what it left behind (children without a death signal)
+            stop_group(proc, 5.0)  # what it left behind (children without a death signal)
             with self._lock:
                 self._exit_codes.append(code)
-                if self.restarts >= self.spec.restart.max_restarts:
+                if self.restarts >= self.command.restart.max_restarts:
                     self.state = "failed"
                     self._error = f"exited with {code}; gave up after {self.restarts} restarts"
                     self._log(self._error)
                     return
                 self.restarts += 1
                 self.state = "restarting"
-                delay = self.spec.restart.delay(self.restarts)
+                delay = self.command.restart.delay(self.restarts)
             self._log(f"exited with {code}; restart {self.restarts} in {delay:g}s")
             if self._stop.wait(delay):
                 return
@@ -126,17 +126,17 @@ class ProcessSupervisor:
                 self.state = "starting"
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        Path(self.spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.command.log_path).parent.mkdir(parents=True, exist_ok=True)
         self._log(
-            f"start: {shlex.join([*(f'{k}={v}' for k, v in self.spec.env.items()), *self.spec.argv])}"
+            f"start: {shlex.join([*(f'{k}={v}' for k, v in self.command.env.items()), *self.command.argv])}"
         )
-        with open(self.spec.log_path, "ab") as log:
+        with open(self.command.log_path, "ab") as log:
             proc = subprocess.Popen(
-                list(self.spec.argv),
+                list(self.command.argv),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **self.spec.env},
+                env={**os.environ, **self.command.env},
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
@@ -150,12 +150,11 @@ class ProcessSupervisor:
         while (code := proc.poll()) is None:
             if self._stop.is_set():
                 self._log("stopping")
-                pids = _stop_group(proc.pid, self.spec.stop_grace_s)
-                proc.wait(timeout=5)
+                stopped = stop_group(proc, self.command.stop_grace_s)
                 with self._lock:
-                    self._killed_pids = pids
+                    self._killed_pids = list(stopped.pids)
                 return None
-            healthy = probe(self.spec.health_url)
+            healthy = probe(self.command.health_url)
             with self._lock:
                 if healthy and self.state in ("starting", "unhealthy"):
                     self.state = "running"
@@ -167,8 +166,8 @@ class ProcessSupervisor:
     def _log(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with contextlib.suppress(OSError):  # an unwritable log is reported by _spawn
-            with open(self.spec.log_path, "a") as f:
-                f.write(f"=== [{stamp}] supervisor: {self.spec.name} {message}\n")
+            with open(self.command.log_path, "a") as f:
+                f.write(f"=== [{stamp}] supervisor: {self.command.name} {message}\n")
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
@@ -186,32 +185,3 @@ def _die_with_parent() -> None:
     """
     assert _LIBC is not None
     _LIBC.prctl(_PR_SET_PDEATHSIG, _SIGKILL)
-
-
-def _stop_group(pgid: int, grace_s: float) -> list[int]:
-    """TERM a process group (a process and all it started), KILL what outlives ``grace_s``;
-    return the group's pids. pgid == the leader's pid: it leads its own session."""
-    group = []
-    for p in psutil.process_iter():
-        with contextlib.suppress(OSError):
-            if os.getpgid(p.pid) == pgid:
-                group.append(p)
-    _signal_group(pgid, signal.SIGTERM)
-    _, alive = psutil.wait_procs(group, timeout=grace_s)
-    if alive:
-        _signal_group(pgid, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=5)
-    return [p.pid for p in group]
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
-
-
-def probe(url: str) -> bool:
-    """True when ``url`` answers 200."""
-    try:
-        return requests.get(url, timeout=3).status_code == 200
-    except requests.RequestException:
-        return False

@@ -24,14 +24,15 @@ from typing import Any
 
 import psutil
 
-from sglang_engram.cluster.layout import check_num_gpus, ray_nodes
+from sglang_engram.cluster.assignment import check_num_gpus, ray_nodes
 from sglang_engram.cluster.plan import ClusterPlan, ProcessPlan, build_plan
 from sglang_engram.cluster.ray_session import connect
 from sglang_engram.cluster.registration import RouterError, list_workers
 from sglang_engram.cluster.spec import ClusterError, ClusterSpec
 from sglang_engram.cluster.state import ClusterNotFound, ClusterState
 from sglang_engram.cluster.status import collect_status, poll
-from sglang_engram.cluster.supervisor import ProcessSpec, probe
+from sglang_engram.cluster.supervisor import ProcessCommand
+from sglang_engram.server_process import probe
 
 Say = Callable[[str], None]
 _STOP = threading.Event()
@@ -123,7 +124,7 @@ class _Cluster:
 
         from sglang_engram.cluster.actor import RemoteServerActor
 
-        process = ProcessSpec(
+        process = ProcessCommand(
             name=name,
             argv=p.command,
             env=p.env,

@@ -14,9 +14,10 @@ from engram.cli import (
     run,
     say,
 )
+from sglang_engram.extras import require_extra
 
 _DESCRIPTION = """\
-Comparison runs of Engram placements, layouts and GPUs.
+Comparison runs of Engram placements, deployments (one server, PD clusters) and GPUs.
 
   sweep SPEC.yaml --out DIR [--resume | --force-new]
       run every config x concurrency point of the spec through
@@ -75,9 +76,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "sweep":
-        return _sweep(args)
-    return _report(args)
+
+    def body() -> int:
+        require_extra("compare", "the comparison tool")
+        return _sweep(args) if args.command == "sweep" else _report(args)
+
+    return run(body, args)
 
 
 def _sweep(args: argparse.Namespace) -> int:

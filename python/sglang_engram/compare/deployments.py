@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-import requests
 import yaml
 
 from sglang_engram.compare.spec import ConfigSpec, SweepSpec
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
+from sglang_engram.server_process import probe, stop_group
 
 SERVER_CMD_ENV = "SGLANG_ENGRAM_COMPARE_SERVER_CMD"
 # NOTE: a small KV pool (SGLang's CPU engine would size it at ~72 % of free host
@@ -74,7 +74,7 @@ class Deployment:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _stop_group(self.proc, signal.SIGTERM, 60)
+            stop_group(self.proc, 60)
             self.proc = None
 
     def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
@@ -96,11 +96,8 @@ class Deployment:
                     f"config {self.config.name} could not start: its process exited "
                     f"before {url} was ready ({_last_line(self.log)}; log: {self.log})"
                 )
-            try:
-                if requests.get(url, timeout=5).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
+            if probe(url, timeout_s=5):
+                return
             time.sleep(1)
         self.stop()
         raise DeploymentError(
@@ -163,7 +160,7 @@ class ClusterDeployment(Deployment):
         if self.proc is None:
             return
         # NOTE: SIGINT to `up` alone: it tears down its workers and Ray in order.
-        if not _stop_group(self.proc, signal.SIGINT, 180, leader_only=True):
+        if not stop_group(self.proc, 180, sig=signal.SIGINT, leader_only=True).on_signal:
             # NOTE: the backstop for an `up` that did not stop its workers in time.
             subprocess.run([*CLUSTER, "down", "--name", self.name], timeout=300, check=False)
         self.proc = None
@@ -200,35 +197,6 @@ def _plan(spec_file: Path, name: str) -> dict:
         why = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise DeploymentError(f"config {name} could not start: cluster plan failed: {why}")
     return json.loads(out.stdout)
-
-
-def _stop_group(
-    proc: subprocess.Popen[bytes], sig: int, timeout_s: float, *, leader_only: bool = False
-) -> bool:
-    """Signal the process group (or its leader), wait, then SIGKILL the group; True if
-    it stopped on ``sig``."""
-    try:
-        if leader_only:
-            proc.send_signal(sig)
-        else:
-            os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        proc.wait()
-        return True
-    stopped = False
-    try:
-        proc.wait(timeout_s)
-        stopped = True
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        # NOTE: also when a second Ctrl-C cuts the wait short: nothing outlives the sweep.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # stragglers left in the group
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    return stopped
 
 
 def _free_port() -> int:

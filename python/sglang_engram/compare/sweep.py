@@ -29,6 +29,7 @@ from sglang_engram.compare.deployments import (
     Target,
     make_deployment,
 )
+from sglang_engram.compare.point_counters import point_counters, summed_counters
 from sglang_engram.compare.results import (
     RESULTS,
     append_result,
@@ -37,7 +38,6 @@ from sglang_engram.compare.results import (
     read_results,
 )
 from sglang_engram.compare.resume import SPEC, check_resume, spec_record, start_over
-from sglang_engram.compare.scrape import point_counters, scrape
 from sglang_engram.compare.spec import ConfigSpec, SweepSpec
 from sglang_engram.compare.workloads import BENCH_MODULE, bench_args, expected_requests
 
@@ -191,11 +191,11 @@ def run_point(
     started = time.monotonic()
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     load = os.getloadavg()[0]  # NOTE: a shared machine's other work shows up here
-    before = scrape(target.metrics_urls)
+    before = summed_counters(target.metrics_urls)
     argv = [sys.executable, "-m", BENCH_MODULE]
     argv += bench_args(spec, target.url, concurrency, str(output))
     rc = _run_bench(argv, log, spec.point_timeout_s)
-    after = scrape(target.metrics_urls)
+    after = summed_counters(target.metrics_urls)
     summary = _summary(output)
     expected = expected_requests(spec, concurrency)
     error = None

@@ -24,27 +24,23 @@ import threading
 from typing import Any
 
 from engram.tables import TableCounters
+from sglang_engram.metrics.names import (
+    BYTES_READ,
+    HOT_CACHE_HIT_RATIO,
+    HOT_TIER,
+    LOOKUP_SECONDS,
+    PREFIX,
+    ROWS_REQUESTED,
+    SSD_COUNTERS,
+    SSD_RAM_CACHE_HIT_RATIO,
+    TABLE_BYTES,
+    UNIQUE_ROWS,
+)
 from sglang_engram.tables import served as table_registry
 
 logger = logging.getLogger(__name__)
 
-PREFIX = "sglang:engram_"
 LATENCY_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
-# NOTE: a dram or ssd table reports the bytes its HBM hot cache served under "hbm".
-HOT_TIER = "hbm"
-# exported counter -> the cumulative key of an ssd table's stats() it follows
-SSD_COUNTERS = {
-    "ssd_ram_cache_hits": ("ram_cache_hits", "Engram rows the ssd RAM cache served"),
-    "ssd_ram_cache_misses": ("ram_cache_misses", "Engram rows the ssd RAM cache missed"),
-    "ssd_prefetch_hits": ("prefetch_hits", "Engram rows served from SSD read-ahead"),
-    "ssd_io_errors": ("io_errors", "Failed reads of Engram ssd table files"),
-    "ssd_lookup_read_seconds": ("lookup_read_seconds", "Seconds lookups read ssd rows"),
-    "ssd_ahead_read_seconds": ("ahead_read_seconds", "Seconds read-ahead read ssd rows"),
-    "ssd_handle_wait_seconds": (
-        "handle_wait_seconds",
-        "Seconds lookups waited on ssd read-ahead",
-    ),
-}
 
 
 class EngramMetrics:
@@ -52,33 +48,30 @@ class EngramMetrics:
         from prometheus_client import Counter, Gauge, Histogram
 
         self.export_requests = export_requests
-        self.rows = Counter(f"{PREFIX}rows_requested", "Engram rows requested", ["layer"])
+        self.rows = Counter(ROWS_REQUESTED, "Engram rows requested", ["layer"])
         self.unique = Counter(
-            f"{PREFIX}unique_rows", "Distinct Engram rows read per lookup, summed", ["layer"]
+            UNIQUE_ROWS, "Distinct Engram rows read per lookup, summed", ["layer"]
         )
-        self.bytes_read = Counter(f"{PREFIX}bytes_read", "Engram bytes read", ["tier"])
+        self.bytes_read = Counter(BYTES_READ, "Engram bytes read", ["tier"])
         self.latency = Histogram(
-            f"{PREFIX}lookup_seconds",
+            LOOKUP_SECONDS,
             "Engram lookup time (device time on a GPU)",
             buckets=LATENCY_BUCKETS,
         )
         self.table_bytes = Gauge(
-            f"{PREFIX}table_bytes",
+            TABLE_BYTES,
             "Engram table bytes held",
             ["tier"],
             multiprocess_mode="livesum",
         )
         self.hit_ratio = Gauge(
-            f"{PREFIX}hot_cache_hit_ratio",
+            HOT_CACHE_HIT_RATIO,
             "Share of Engram bytes served by the HBM hot cache",
             multiprocess_mode="livemax",
         )
-        self.ssd = {
-            name: Counter(f"{PREFIX}{name}", doc, ["layer"])
-            for name, (_, doc) in SSD_COUNTERS.items()
-        }
+        self.ssd = {name: Counter(name, doc, ["layer"]) for name, (_, doc) in SSD_COUNTERS.items()}
         self.ssd_hit_ratio = Gauge(
-            f"{PREFIX}ssd_ram_cache_hit_ratio",
+            SSD_RAM_CACHE_HIT_RATIO,
             "Share of ssd Engram rows the RAM cache served",
             multiprocess_mode="livemax",
         )

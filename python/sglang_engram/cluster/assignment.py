@@ -1,4 +1,4 @@
-"""Which node each worker runs on.
+"""Node assignment: which node each worker runs on.
 
 GPU workers: first fit, largest worker first, over the nodes of the Ray cluster with
 GPUs (or this host when planning without one). CPU workers (``device: cpu``) hold no
@@ -23,7 +23,10 @@ class Node:
     node_id: str | None = None
 
 
-def assign_nodes(demands: list[tuple[str, float]], nodes: list[Node]) -> dict[str, Node]:
+NodeAssignment = dict[str, Node]  # worker name -> the node it runs on
+
+
+def assign_nodes(demands: list[tuple[str, float]], nodes: list[Node]) -> NodeAssignment:
     """Give each ``(worker, gpus)`` a node; raise when something cannot fit."""
     if not nodes:
         raise ClusterSpecError("no node with GPUs to run workers on")
@@ -42,7 +45,7 @@ def assign_nodes(demands: list[tuple[str, float]], nodes: list[Node]) -> dict[st
     # NOTE: free capacity per GPU, only to know what fits: Ray shares a GPU among
     # fractional workers the same way (a fraction never spans two GPUs).
     free = {n.ip: [1.0] * int(n.gpus) for n in nodes}
-    out: dict[str, Node] = {}
+    out: NodeAssignment = {}
     # Largest first; ties keep spec order, so the assignment is stable from run to run.
     for name, gpus in sorted(demands, key=lambda d: -d[1]):
         node = next((n for n in nodes if _take(free[n.ip], gpus)), None)
@@ -55,7 +58,7 @@ def assign_nodes(demands: list[tuple[str, float]], nodes: list[Node]) -> dict[st
     return {name: out[name] for name, _ in demands}
 
 
-def spread_nodes(names: list[str], nodes: list[Node]) -> dict[str, Node]:
+def spread_nodes(names: list[str], nodes: list[Node]) -> NodeAssignment:
     """CPU workers: the k-th worker on node k modulo the number of nodes."""
     if not nodes:
         raise ClusterSpecError("no live node to run workers on")

@@ -1,4 +1,5 @@
-"""Engram counters from each server's ``/metrics``, before and after a point.
+"""Engram counters summed over a deployment's servers (each server's ``/metrics``),
+before and after a point, and what the point did in between.
 
 A deployment may have several servers (prefill and decode workers): their samples are
 summed. The counters come from ``sglang_engram.metrics`` (``sglang:engram_*``); a server
@@ -10,19 +11,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import requests
-from prometheus_client.parser import text_string_to_metric_families
+from sglang_engram.metrics.names import (
+    BYTES_READ,
+    HOT_CACHE_HIT_RATIO,
+    HOT_TIER,
+    ROWS_REQUESTED,
+    TABLE_BYTES,
+    UNIQUE_ROWS,
+    total,
+)
+from sglang_engram.metrics.scrape import ScrapeError, scrape_engram
 
-PREFIX = "sglang:engram_"
-ROWS = f"{PREFIX}rows_requested_total"
-UNIQUE = f"{PREFIX}unique_rows_total"
-BYTES = f"{PREFIX}bytes_read_total"
-TABLE_BYTES = f"{PREFIX}table_bytes"
-HIT_RATIO = f"{PREFIX}hot_cache_hit_ratio"
-HOT_TIER = "hbm"  # a dram/ssd table reports what its HBM hot cache served under "hbm"
+ROWS, UNIQUE, BYTES = total(ROWS_REQUESTED), total(UNIQUE_ROWS), total(BYTES_READ)
 
 
-def scrape(urls: Iterable[str], timeout_s: float = 10.0) -> dict[str, Any]:
+def summed_counters(urls: Iterable[str], timeout_s: float = 10.0) -> dict[str, Any]:
     """Summed Engram samples: ``{"rows_requested", "unique_rows", "bytes_read": {tier},
     "table_bytes": {tier}, "hot_cache_hit_ratio", "errors": [...]}``."""
     out: dict[str, Any] = {
@@ -35,14 +38,12 @@ def scrape(urls: Iterable[str], timeout_s: float = 10.0) -> dict[str, Any]:
     }
     for url in urls:
         try:
-            resp = requests.get(url.rstrip("/") + "/metrics", timeout=timeout_s)
-            resp.raise_for_status()
-        except requests.RequestException as exc:
-            out["errors"].append(f"{url}/metrics: {type(exc).__name__}")
+            samples = scrape_engram(url.rstrip("/") + "/metrics", timeout_s)
+        except ScrapeError as exc:
+            out["errors"].append(str(exc))
             continue
-        for family in text_string_to_metric_families(resp.text):
-            for sample in family.samples:
-                _fold(out, sample.name, sample.labels, sample.value)
+        for sample in samples:
+            _fold(out, sample.name, sample.labels, sample.value)
     return out
 
 
@@ -55,7 +56,7 @@ def _fold(out: dict[str, Any], name: str, labels: dict[str, str], value: float) 
         key = "bytes_read" if name == BYTES else "table_bytes"
         tier = labels.get("tier", "?")
         out[key][tier] = out[key].get(tier, 0.0) + value
-    elif name == HIT_RATIO:
+    elif name == HOT_CACHE_HIT_RATIO:
         out["hot_cache_hit_ratio"] = max(value, out["hot_cache_hit_ratio"] or 0.0)
 
 

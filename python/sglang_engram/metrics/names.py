@@ -1,0 +1,39 @@
+"""The names of the Engram metrics on SGLang's ``/metrics``.
+
+The exporter (:mod:`sglang_engram.metrics.exporter`) registers them; ``cluster status``
+and ``compare sweep`` read them back (:mod:`sglang_engram.metrics.scrape`). These are the
+names given to ``prometheus_client``; a counter's samples carry ``_total`` on top
+(:func:`total`).
+"""
+
+from __future__ import annotations
+
+PREFIX = "sglang:engram_"
+# NOTE: a dram or ssd table reports the bytes its HBM hot cache served under "hbm".
+HOT_TIER = "hbm"
+
+ROWS_REQUESTED = f"{PREFIX}rows_requested"  # counter, per layer
+UNIQUE_ROWS = f"{PREFIX}unique_rows"  # counter, per layer
+BYTES_READ = f"{PREFIX}bytes_read"  # counter, per tier
+LOOKUP_SECONDS = f"{PREFIX}lookup_seconds"  # histogram
+TABLE_BYTES = f"{PREFIX}table_bytes"  # gauge, per tier
+HOT_CACHE_HIT_RATIO = f"{PREFIX}hot_cache_hit_ratio"  # gauge
+SSD_RAM_CACHE_HIT_RATIO = f"{PREFIX}ssd_ram_cache_hit_ratio"  # gauge
+# counter (per layer) -> the cumulative key of an ssd table's stats() it follows, its help
+SSD_COUNTERS = {
+    f"{PREFIX}ssd_ram_cache_hits": ("ram_cache_hits", "Engram rows the ssd RAM cache served"),
+    f"{PREFIX}ssd_ram_cache_misses": ("ram_cache_misses", "Engram rows the ssd RAM cache missed"),
+    f"{PREFIX}ssd_prefetch_hits": ("prefetch_hits", "Engram rows served from SSD read-ahead"),
+    f"{PREFIX}ssd_io_errors": ("io_errors", "Failed reads of Engram ssd table files"),
+    f"{PREFIX}ssd_lookup_read_seconds": ("lookup_read_seconds", "Seconds lookups read ssd rows"),
+    f"{PREFIX}ssd_ahead_read_seconds": ("ahead_read_seconds", "Seconds read-ahead read ssd rows"),
+    f"{PREFIX}ssd_handle_wait_seconds": (
+        "handle_wait_seconds",
+        "Seconds lookups waited on ssd read-ahead",
+    ),
+}
+
+
+def total(counter: str) -> str:
+    """The name of a counter's cumulative sample on ``/metrics``."""
+    return f"{counter}_total"
