@@ -37,7 +37,7 @@ from sglang_engram.integration import lookup_failures
 from sglang_engram.models.deepseek_v41 import upstream_embedding
 from sglang_engram.tables import opening as placement
 from sglang_engram.tables import served as table_registry
-from sglang_engram.tables import weight_filter as loading
+from sglang_engram.tables import weight_filter
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
                 shard=self.shard,
             )
         if self.placement != "dram":
-            loading.skip_tables(layers={layer_id})
+            weight_filter.skip_tables(layers={layer_id})
         weight, scale = self._load_targets()
         self.weight = nn.Parameter(weight.view(torch.float8_e4m3fn), requires_grad=False)
         self.scale = nn.Parameter(scale.view(torch.float8_e8m0fnu), requires_grad=False)

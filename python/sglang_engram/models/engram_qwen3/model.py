@@ -31,7 +31,7 @@ from sglang_engram.models.engram_qwen3.engram_block import EngramBlock
 from sglang_engram.models.engram_qwen3.hasher import SlotHasher, load_serving_tokenizer
 from sglang_engram.models.engram_qwen3.weights import ENGRAM_PARAM, route_weight
 from sglang_engram.tables import served as table_registry
-from sglang_engram.tables import weight_filter as loading
+from sglang_engram.tables import weight_filter
 from sglang_engram.tables.opening import serving_model_path
 
 logger = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class EngramQwen3ForCausalLM(nn.Module):
         self.engram = current_config()
         if self.engram.offload in ("off", "ssd"):
             # off: nothing Engram is loaded; ssd: the tables stream from the files.
-            loading.skip_tables(all_tables=True)
+            weight_filter.skip_tables(all_tables=True)
         self.model = EngramQwen3Model(
             config, self.engram, quant_config, prefix=add_prefix("model", prefix)
         )
@@ -216,7 +216,6 @@ class EngramQwen3ForCausalLM(nn.Module):
         missing = [b.layer_id for b in self.model.blocks if b.table is None]
         if missing:
             raise ValueError(f"the checkpoint has no Engram table for layers {missing}")
-        loading.reset_skips()
         table_registry.log_placement(
             self.engram.offload, self.engram.role_name, self.engram.implementation(tiny=True)
         )
