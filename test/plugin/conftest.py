@@ -7,6 +7,17 @@ import warnings
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def fresh_runtime():
+    """Each test serves as a fresh process would: nothing resolved or built before it,
+    nothing it built left behind (registration stays: SGLang's classes stay hooked)."""
+    from sglang_engram.runtime import get_runtime
+
+    get_runtime().reset()
+    yield get_runtime()
+    get_runtime().reset()
+
+
 @pytest.fixture(scope="session")
 def sglang_with_plugin():
     """SGLang's own ``load_plugins()``: discovers our entry point and applies the hooks."""

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 import safetensors.torch
 import torch
-from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig
+from sglang_engram.args.server_config import EngramServerConfig, use_config
+from sglang_engram.runtime import get_runtime
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import weight_filter as loading
 
@@ -49,10 +50,10 @@ def placed(monkeypatch, cpu_context, layout):
     from upstream's class directly."""
     from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
-    table_registry.clear()
+    get_runtime().reset()
 
     def build(config: EngramServerConfig, index: int = 0):
-        monkeypatch.setenv(ENV_VAR, config.to_json())
+        use_config(config)
         args = (
             layout.num_embeddings[index],
             layout.head_dim,
@@ -69,8 +70,7 @@ def placed(monkeypatch, cpu_context, layout):
         return served, ref
 
     yield build
-    loading.reset_skips()
-    table_registry.clear()
+    get_runtime().reset()
 
 
 def _hash_ids(layout, index, tokens):
@@ -130,25 +130,25 @@ def test_the_flag_not_the_environment_switches_upstreams_host_table(
         monkeypatch.setenv("SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE", user_env)
     calls = _host_table_stand_in(monkeypatch)
     args = (layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0])
-    table_registry.clear()
+    get_runtime().reset()
     try:
         for offload, pinned in (("dram", [True]), ("hbm", [])):
             calls.clear()
-            monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload=offload).to_json())
+            use_config(EngramServerConfig(offload=offload))
             built = PlacedEngramEmbedding(*args, column_bounds=layout.column_bounds(0))
             assert type(built) is _upstream_cls() and calls == pinned, offload
             # the user's setting is back once the table is built
             assert os.environ.get("SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE") == user_env
         assert [e.table.placement for e in table_registry.served()] == ["dram", "hbm"]
     finally:
-        table_registry.clear()
+        get_runtime().reset()
 
 
 def test_dram_holds_the_loaded_rows_once(monkeypatch, cpu_context, layout):
     """The loader writes into the buffer our dram table keeps: no second copy."""
     from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
-    monkeypatch.setenv(ENV_VAR, OURS.to_json())
+    use_config(OURS)
     ours = PlacedEngramEmbedding(
         layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0], layout.column_bounds(0)
     )
@@ -163,8 +163,7 @@ def test_dram_holds_the_loaded_rows_once(monkeypatch, cpu_context, layout):
         assert ours.table.memory()["dram"] == weight.numel() + scale.numel()
         assert torch.equal(ours.table.weight, weight) and torch.equal(ours.table.scale, scale)
     finally:
-        loading.reset_skips()
-        table_registry.clear()
+        get_runtime().reset()
 
 
 def test_off_holds_no_rows_and_skips_the_tensors(placed, layout):
@@ -180,7 +179,7 @@ def test_off_holds_no_rows_and_skips_the_tensors(placed, layout):
 def _engram(layout, monkeypatch, config, embedding_cls=None):
     import sglang.srt.layers.engram as upstream
 
-    monkeypatch.setenv(ENV_VAR, config.to_json())
+    use_config(config)
     if embedding_cls is not None:
         monkeypatch.setattr(upstream, "EngramEmbedding", embedding_cls)
     config = SimpleNamespace(rms_norm_eps=1e-6, hidden_size=HIDDEN, hc_mult=2)
@@ -203,7 +202,7 @@ def test_engram_layers_match_upstream_count_lookups_and_off_is_identity(
     the residual through."""
     from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
-    table_registry.clear()
+    get_runtime().reset()
     ours = _engram(layout, monkeypatch, OURS)
     served = _engram(layout, monkeypatch, UPSTREAM)
     ref = _engram(layout, monkeypatch, UPSTREAM, _upstream_cls())
@@ -232,7 +231,7 @@ def test_engram_layers_match_upstream_count_lookups_and_off_is_identity(
         assert counted[placement]["lookups"] == 1, placement
         assert counted[placement]["rows_requested"] == ids.numel(), placement
     assert counted["hbm"]["bytes_read"] == {"hbm": ids.numel() * row_bytes}
-    table_registry.clear()
+    get_runtime().reset()
 
     off = _engram(layout, monkeypatch, EngramServerConfig(offload="off"))
     assert off(x, ids, input_ids=no_image) is x
@@ -281,7 +280,7 @@ def test_loader_never_reads_skipped_tables(sglang_with_plugin, tmp_path):
             loading.skip_tables(layers={1})
             got = dict(iterate(files if on_cpu else files[:2], **options))
         finally:
-            loading.reset_skips()
+            get_runtime().reset()
         want = {n for n in tensors if n not in table_names and (on_cpu or n != "norm.weight")}
         assert set(got) == want, kind
         assert all(torch.equal(got[k], tensors[k]) for k in got)
@@ -302,13 +301,13 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
 
     fields = engram_fields(layer_ids=(1, 14), n=3, heads=heads, head_dim=64)
     layout = EngramLayout.from_config(SimpleNamespace(**fields))
-    monkeypatch.setenv(ENV_VAR, config.to_json())
+    get_runtime().reset()
+    use_config(config)
     args = (layout.num_embeddings[1], layout.head_dim, 14, layout.column_bounds(1))
     weight, scale = random_table(layout.num_embeddings[1], layout.head_dim)
     ids = _hash_ids(layout, 1, random.randint(1, 40))
     total = {"served": 0, "upstream": 0}
     reads = {}
-    table_registry.clear()
     for rank in (0, 1):
         context = create_context(
             ServerArgs(model_path="dummy", tp_size=2),
@@ -337,8 +336,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
         reads[rank] = seen.counters.snapshot()["unique_rows"]
         total["served"] = total["served"] + mine.float()
         total["upstream"] = total["upstream"] + theirs.float()
-    table_registry.clear()
-    loading.reset_skips()
+    get_runtime().reset()
     assert torch.equal(total["served"], total["upstream"])
     if config.upstream_serves_dsv4:
         # each id's row is read by exactly one rank: counted once, by TP rank 0
@@ -363,7 +361,7 @@ def test_cache_flags_are_budgets_shared_by_the_tables(monkeypatch, cpu_context, 
         (random.uniform(4, 9) * whole / 2**30, whole),  # a share above it: the table
     ):
         server = EngramServerConfig(offload="dram", hot_cache_gb=gib)
-        monkeypatch.setenv(ENV_VAR, server.to_json())
+        use_config(server)
         ours = PlacedEngramEmbedding(
             rows, layout.head_dim, layout.layer_ids[0], layout.column_bounds(0)
         )
@@ -385,7 +383,7 @@ def test_upstream_lookups_captured_in_a_cuda_graph_are_not_counted(layout, monke
 
     from engram.tables.timing import LookupClock
 
-    table_registry.clear()
+    get_runtime().reset()
     served = _engram(layout, monkeypatch, UPSTREAM)
     weight, scale = random_table(layout.num_embeddings[0], layout.head_dim)
     served.embed.weight.weight_loader(served.embed.weight, weight.view(torch.float8_e4m3fn))
@@ -401,7 +399,7 @@ def test_upstream_lookups_captured_in_a_cuda_graph_are_not_counted(layout, monke
     assert torch.equal(captured.view(torch.int16), rows.view(torch.int16))
     counted = table.counters.snapshot()
     assert counted["lookups"] == 1 and counted["rows_requested"] == ids.numel()
-    table_registry.clear()
+    get_runtime().reset()
 
 
 @pytest.mark.parametrize("user_layout", [None, "shared"])
@@ -421,19 +419,19 @@ def test_dram_on_several_nodes_uses_the_per_rank_host_table(
         monkeypatch.delenv(name, raising=False)
     else:
         monkeypatch.setenv(name, user_layout)
-    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload="dram").to_json())
     layouts = _host_table_stand_in(monkeypatch, name)
     server_args = ServerArgs(
         model_path="dummy", tp_size=2, nnodes=nnodes, node_rank=0, dist_init_addr="127.0.0.1:1"
     )
     ranks = SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0)
     args = (layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0])
-    table_registry.clear()
+    get_runtime().reset()
+    use_config(EngramServerConfig(offload="dram"))
     try:
         with use_context(create_context(server_args, role="scheduler", ranks=ranks)):
             built = PlacedEngramEmbedding(*args, column_bounds=layout.column_bounds(0))
     finally:
-        table_registry.clear()
+        get_runtime().reset()
     assert type(built) is _upstream_cls()
     chosen = user_layout or ("per_rank" if nnodes > 1 else "shared")
     assert layouts == [chosen] and os.environ.get(name) == user_layout

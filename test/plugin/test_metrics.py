@@ -9,6 +9,7 @@ import pytest
 import torch
 from prometheus_client import REGISTRY
 from sglang_engram.metrics.exporter import EngramMetrics
+from sglang_engram.runtime import get_runtime
 from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
@@ -29,9 +30,9 @@ def metrics():
 @pytest.fixture
 def layers():
     """Fresh layer labels (the counters of earlier tests stay in the registry)."""
-    table_registry.clear()  # tables other tests served in this process
+    get_runtime().reset()  # tables other tests served in this process
     yield random.sample(range(1000, 100000), 4)
-    table_registry.clear()
+    get_runtime().reset()
 
 
 def test_lookups_move_the_engram_metrics(metrics, layers):
@@ -154,7 +155,7 @@ PREFILL_CP = {"attn_cp_size": 2, "enable_prefill_cp": True}
     ids=["tp2", "tp2-dp2-attn", "tp4-dp2-attn", "tp4-cp2-prefill", "tp4-cp2-decode"],
 )
 def test_upstream_tables_export_each_id_once_over_the_ranks(
-    sglang_with_plugin, metrics, layers, monkeypatch, parallel, groups, cp_all_tokens
+    sglang_with_plugin, metrics, layers, parallel, groups, cp_all_tokens
 ):
     """Tables upstream's EngramEmbedding serves (DeepSeek-V4.1 hbm), one exporter per
     rank as on a server: rows requested and read add up, over every rank's export, to
@@ -167,7 +168,7 @@ def test_upstream_tables_export_each_id_once_over_the_ranks(
     from sglang.srt.layers.engram import EngramLayout
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
     from sglang.srt.server_args import ServerArgs
-    from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig
+    from sglang_engram.args.server_config import EngramServerConfig, use_config
     from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
     from test.plugin.tiny import engram_fields
@@ -175,7 +176,6 @@ def test_upstream_tables_export_each_id_once_over_the_ranks(
     layout = EngramLayout.from_config(
         SimpleNamespace(**engram_fields(layer_ids=(1, 14), n=3, heads=4, head_dim=64))
     )
-    monkeypatch.setenv(ENV_VAR, EngramServerConfig(offload="hbm").to_json())
     layer = layers[0]
     args = (layout.num_embeddings[0], layout.head_dim, layer, layout.column_bounds(0))
     tp_size = parallel["tp_size"]
@@ -189,6 +189,7 @@ def test_upstream_tables_export_each_id_once_over_the_ranks(
         server_args = ServerArgs(model_path="dummy", **parallel)
         ranks = SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank)
         context = create_context(server_args, role="scheduler", ranks=ranks)
+        use_config(EngramServerConfig(offload="hbm"))  # each rank: a process of its own
         with use_context(context):
             kept.append(PlacedEngramEmbedding(*args))
             table = table_registry.served()[-1].table
@@ -196,7 +197,7 @@ def test_upstream_tables_export_each_id_once_over_the_ranks(
             table.record(group_ids[group], table.start(), cp_all_tokens)
             metrics.export_requests = rank == 0  # as after_init_metrics_collector sets it
             metrics.update()
-        table_registry.clear()
+        get_runtime().reset()
     metrics.export_requests = True
     rows = _value("sglang:engram_rows_requested_total", layer=str(layer)) - before["rows"]
     unique = _value("sglang:engram_unique_rows_total", layer=str(layer)) - before["unique"]

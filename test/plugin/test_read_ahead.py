@@ -10,8 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig
+from sglang_engram.args.server_config import EngramServerConfig, use_config
 from sglang_engram.lookahead import ssd_read_ahead as read_ahead
+from sglang_engram.runtime import get_runtime
 from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
@@ -39,7 +40,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path):
     hasher = small_hasher()
     spec = hasher.spec
     tables, references = [], []
-    table_registry.clear()
+    get_runtime().reset()
     for i, layer in enumerate(spec.layer_ids):
         weight, scale = quantize_rows(torch.randn(spec.num_embeddings[i], spec.head_dim))
         tables.append(
@@ -50,7 +51,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path):
         references.append(create_table("dram", weight, scale))
         table_registry.add(layer, tables[-1])
     yield hasher, tables, references
-    table_registry.clear()
+    get_runtime().reset()
     for table in tables:
         table.close()
 
@@ -136,7 +137,7 @@ def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
     weight, scale = quantize_rows(torch.randn(rows, spec.head_dim))
     shard = create_table("ssd", weight[start:end], scale[start:end], path=tmp_path / "shard")
     reference = create_table("dram", weight, scale)
-    table_registry.clear()
+    get_runtime().reset()
     try:
         table_registry.add(spec.layer_ids[0], shard, row_start=start)
         table_registry.set_hasher(hasher)
@@ -148,13 +149,13 @@ def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
         assert torch.equal(got.view(torch.int16), reference.lookup(owned).view(torch.int16))
         assert shard.stats()["prefetch_hits"] == torch.unique(owned).numel()
     finally:
-        table_registry.clear()
+        get_runtime().reset()
         shard.close()
 
 
 @pytest.mark.parametrize(("offload", "prefetch"), [("ssd", True), ("dram", True), ("ssd", False)])
 def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
-    cpu_context, monkeypatch, tmp_path: Path, offload: str, prefetch: bool
+    cpu_context, tmp_path: Path, offload: str, prefetch: bool
 ) -> None:
     """Upstream's DeepSeek-V4.1 EngramHasher (built from a tokenizer) becomes our
     NgramHasher for the read-ahead, hashing prompts bit-exactly as upstream does. The
@@ -172,8 +173,8 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
     layout = EngramLayout.from_config(config)
     upstream = EngramHasher(layout, tokenizer, config.engram_pad_token_id, compressed)
     server = EngramServerConfig(offload=offload, prefetch=prefetch)
-    monkeypatch.setenv(ENV_VAR, server.to_json())
-    table_registry.clear()
+    get_runtime().reset()
+    use_config(server)
     try:
         after_model_init(None, SimpleNamespace(engram_hasher=upstream), config)
         ours = table_registry.hasher()
@@ -189,7 +190,7 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
         want, _ = upstream.hash_windows(windows, blocked)
         assert torch.equal(ours.hash(prompt), want)
     finally:
-        table_registry.clear()
+        get_runtime().reset()
 
 
 def test_admission_hook_reads_what_the_prefill_will_look_up(served) -> None:

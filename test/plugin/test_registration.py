@@ -46,7 +46,7 @@ def test_load_plugins_applies_every_hook(sglang_with_plugin):
     plugin = sglang_with_plugin
     for hook in HOOKS:
         hook.resolve_target()  # importing the module is what applies a deferred hook
-        assert plugin.STATUS[hook.target] == "applied", plugin.STATUS[hook.target]
+        assert plugin.hook_status()[hook.target] == "applied", plugin.hook_status()[hook.target]
         if hook.kind != CALL:
             assert hook.target in HookRegistry._patched
 
@@ -72,7 +72,7 @@ def test_a_hook_that_cannot_apply_is_logged_not_raised(sglang_with_plugin, caplo
     )
     with caplog.at_level(logging.ERROR):
         assert sglang_with_plugin.apply_hook(broken) is False
-    assert sglang_with_plugin.STATUS[broken.target].startswith("failed: AttributeError")
+    assert sglang_with_plugin.hook_status()[broken.target].startswith("failed: AttributeError")
     assert "could not hook sglang.srt.server_args.ServerArgs.no_such_method" in caplog.text
 
 
@@ -136,7 +136,7 @@ import sglang.srt.layers.engram as upstream
 from sglang_engram.integration import plugin
 from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 print(json.dumps({{
-    "status": {{t: plugin.STATUS[t] for t in plugin.STATUS if ".layers.engram." in t}},
+    "status": {{t: s for t, s in plugin.hook_status().items() if ".layers.engram." in t}},
     "replaced": upstream.EngramEmbedding is PlacedEngramEmbedding,
     "wrapped": hasattr(upstream.Engram.forward, "__wrapped__"),
 }}))

@@ -16,6 +16,7 @@ from sglang_engram.args.server_config import (
     DEFAULT_OFFLOAD,
     DEFAULT_RAM_CACHE_GB,
     EngramServerConfig,
+    use_config,
 )
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         "in front of dram or ssd tables (default 0 = none).",
     )
     # NOTE: plain float types: SGLang's parser would print its whole usage for a bad value;
-    # validation.check_startup refuses negative ones in one line. None = not given, so
+    # startup_checks.check_startup refuses negative ones in one line. None = not given, so
     # that giving the RAM cache with another placement than ssd warns.
     group.add_argument(
         "--engram-ram-cache-gb",
@@ -143,13 +144,8 @@ def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
 
 def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
     """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
-    from engram.spec import has_engram
-    from sglang_engram.args.startup_checks import (
-        EngramStartupError,
-        check_startup,
-        is_tiny_model,
-        read_model_config,
-    )
+    from sglang_engram.args.model_facts import model_facts
+    from sglang_engram.args.startup_checks import EngramStartupError, check_startup
     from sglang_engram.integration.cpu_serving import adjust_for_cpu, check_cpu_engine
 
     check_cpu_engine(server_args)
@@ -166,10 +162,10 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
         # NOTE: a one-line exit, before any process is spawned or weight loaded.
         raise SystemExit(f"sglang-engram: error: {exc}") from None
     config.export(server_args)
+    use_config(config)
     graph_policy(server_args, config)
-    hf_config = read_model_config(getattr(args, "model_path", None)) or {}
-    tiny = is_tiny_model(hf_config)
-    served = f", served by {config.implementation(tiny)}" if has_engram(hf_config) else ""
+    facts = model_facts(getattr(args, "model_path", None))
+    served = f", served by {config.implementation(facts.is_tiny)}" if facts.has_engram else ""
     logger.info("%s%s", config.describe(), served)
 
 
@@ -187,14 +183,12 @@ def graph_policy(server_args: Any, config: EngramServerConfig) -> None:
     steps aside while a graph is captured (replays read the wrapped table), so
     upstream's DeepSeek-V4.1 keeps its graphs with those.
     """
-    from engram.spec import has_engram
-    from sglang_engram.args.startup_checks import is_tiny_model, read_model_config
+    from sglang_engram.args.model_facts import model_facts
 
-    hf_config = read_model_config(getattr(server_args, "model_path", None)) or {}
-    if not config.enabled or not has_engram(hf_config) or server_args.disable_cuda_graph:
+    facts = model_facts(getattr(server_args, "model_path", None))
+    if not config.enabled or not facts.has_engram or server_args.disable_cuda_graph:
         return
-    tiny = is_tiny_model(hf_config)
-    if not (tiny or config.offload == "ssd"):
+    if not (facts.is_tiny or config.offload == "ssd"):
         return
     chosen = (
         getattr(server_args, "cuda_graph_config", None),

@@ -7,7 +7,6 @@ value and the fix; things that still allow serving log one warning.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import math
 import os
@@ -18,7 +17,8 @@ from typing import Any
 
 from engram.errors import EngramConfigError, EngramError
 from engram.files import GIB, nearest_existing
-from engram.spec import EngramSpec, has_engram
+from engram.spec import EngramSpec
+from sglang_engram.args.model_facts import model_facts
 from sglang_engram.args.server_config import EngramServerConfig
 
 logger = logging.getLogger(__name__)
@@ -35,22 +35,12 @@ class EngramStartupError(EngramConfigError):
     """The Engram flags cannot work with this model or machine."""
 
 
-def read_model_config(model_path: str | None) -> dict[str, Any] | None:
-    """``config.json`` of a local model directory, or ``None`` (hub ids, no path)."""
-    if not model_path:
-        return None
-    path = Path(model_path) / "config.json"
-    if not path.is_file():
-        return None
-    with path.open() as f:
-        return json.load(f)
-
-
 def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size: int = 1) -> None:
     """Raise :class:`EngramStartupError` for unusable flags; log the warnings."""
     _check_numbers(config)
     _check_read(config)
-    hf_config = read_model_config(model_path)
+    facts = model_facts(model_path)
+    hf_config = facts.hf_config
     if config.offload == "ssd" and model_path and hf_config is None:
         raise EngramStartupError(
             f"--engram-offload ssd converts the tables from the checkpoint's files, but "
@@ -58,7 +48,7 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
             "model first (huggingface-cli download ORG/NAME --local-dir DIR) and pass "
             "--model-path DIR"
         )
-    if hf_config is not None and not has_engram(hf_config):
+    if hf_config is not None and not facts.has_engram:
         if config.offload_explicit or config.ssd_dir or config.hot_cache_gb:
             logger.warning(
                 "--engram-* flags ignored: %s has no Engram layers (no engram_layer_ids "
@@ -70,7 +60,7 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
     if spec is not None and config.enabled:
         check_servable(spec, hf_config)
     if config.offload == "ssd":
-        sharded = tp_size if not is_tiny_model(hf_config) else 1
+        sharded = tp_size if not facts.is_tiny else 1
         check_ssd_dir(config.ssd_dir, spec, model_path, sharded)
     elif config.ssd_dir:
         logger.warning("--engram-ssd-dir is ignored with --engram-offload %s", config.offload)
@@ -140,14 +130,6 @@ def check_servable(spec: EngramSpec, hf_config: dict[str, Any]) -> None:
             f"the model's engram_variant is {variant!r}: SGLang serves the V4.1 Engram "
             "layer only (the core library runs the others: python -m engram.model generate)"
         )
-
-
-def is_tiny_model(hf_config: dict[str, Any] | None) -> bool:
-    """The tiny Engram model (every TP rank holds whole tables) rather than DeepSeek-V4.1
-    (each rank holds a shard)."""
-    from sglang_engram.models import ARCHITECTURES
-
-    return bool(set((hf_config or {}).get("architectures") or ()) & set(ARCHITECTURES))
 
 
 def check_ssd_dir(

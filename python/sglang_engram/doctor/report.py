@@ -31,9 +31,10 @@ def hook_report() -> dict[str, str]:
 
     plugin.register()
     for hook in HOOKS:
-        if plugin.STATUS.get(hook.target) != "applied":
+        if plugin.hook_status().get(hook.target) != "applied":
             plugin.apply_hook(hook)
-    return {hook.target: plugin.STATUS.get(hook.target, "not registered") for hook in HOOKS}
+    status = plugin.hook_status()
+    return {hook.target: status.get(hook.target, "not registered") for hook in HOOKS}
 
 
 def serving_report(placements: list[str]) -> dict[str, dict[str, str]]:

@@ -12,20 +12,15 @@ import importlib.abc
 import importlib.util
 import logging
 import sys
-import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from sglang_engram.runtime import get_runtime
+
 logger = logging.getLogger(__name__)
 
 Callback = Callable[[ModuleType], None]
-
-_callbacks: dict[str, list[Callback]] = {}
-# NOTE: modules whose code has run through our loader; importlib still marks them
-# initializing while their callbacks run.
-_executed: set[str] = set()
-_lock = threading.RLock()
 
 
 def when_imported(module_name: str, callback: Callback) -> None:
@@ -33,10 +28,11 @@ def when_imported(module_name: str, callback: Callback) -> None:
 
     A module still executing counts as not imported yet; its callbacks run when it
     finishes only if it was :func:`watch`-ed before its import began."""
-    with _lock:
+    state = get_runtime().imports
+    with state.lock:
         module = sys.modules.get(module_name)
         if module is None or initializing(module_name):
-            _callbacks.setdefault(module_name, []).append(callback)
+            state.callbacks.setdefault(module_name, []).append(callback)
             _install_finder()
             return
     _fire(callback, module)
@@ -45,15 +41,16 @@ def when_imported(module_name: str, callback: Callback) -> None:
 def watch(module_name: str) -> None:
     """Make sure callbacks can still be queued for ``module_name`` while it executes
     (its loader is wrapped when it is imported)."""
-    with _lock:
+    state = get_runtime().imports
+    with state.lock:
         if module_name not in sys.modules:
-            _callbacks.setdefault(module_name, [])
+            state.callbacks.setdefault(module_name, [])
             _install_finder()
 
 
 def initializing(module_name: str) -> bool:
     """Whether ``module_name`` is in the middle of executing (a circular import)."""
-    if module_name in _executed:
+    if module_name in get_runtime().imports.executed:
         return False
     spec = getattr(sys.modules.get(module_name), "__spec__", None)
     return bool(getattr(spec, "_initializing", False))
@@ -61,8 +58,9 @@ def initializing(module_name: str) -> bool:
 
 def pending() -> list[str]:
     """Modules whose callbacks have not run yet in this process."""
-    with _lock:
-        return sorted(name for name, cbs in _callbacks.items() if cbs)
+    state = get_runtime().imports
+    with state.lock:
+        return sorted(name for name, cbs in state.callbacks.items() if cbs)
 
 
 def _fire(callback: Callback, module: ModuleType) -> None:
@@ -73,9 +71,10 @@ def _fire(callback: Callback, module: ModuleType) -> None:
 
 
 def _run_callbacks(module: ModuleType) -> None:
-    with _lock:
-        _executed.add(module.__name__)
-        callbacks = _callbacks.pop(module.__name__, [])
+    state = get_runtime().imports
+    with state.lock:
+        state.executed.add(module.__name__)
+        callbacks = state.callbacks.pop(module.__name__, [])
     for callback in callbacks:
         _fire(callback, module)
 
@@ -102,7 +101,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
         self._resolving: set[str] = set()
 
     def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
-        if fullname not in _callbacks or fullname in self._resolving:
+        if fullname not in get_runtime().imports.callbacks or fullname in self._resolving:
             return None
         # NOTE: find the real spec through the remaining finders, then wrap its loader;
         # _resolving stops this finder from answering its own recursive query.
@@ -117,11 +116,10 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-_finder: _PostImportFinder | None = None
-
-
 def _install_finder() -> None:
-    global _finder
-    if _finder is None:
-        _finder = _PostImportFinder()
-        sys.meta_path.insert(0, _finder)
+    """Put our finder first on ``sys.meta_path`` (once per process; the caller holds the
+    import state's lock)."""
+    state = get_runtime().imports
+    if state.finder is None:
+        state.finder = _PostImportFinder()
+        sys.meta_path.insert(0, state.finder)

@@ -18,7 +18,6 @@ raised as before and the server stops.
 from __future__ import annotations
 
 import logging
-import threading
 from http import HTTPStatus
 from typing import Any
 
@@ -26,11 +25,9 @@ import torch
 
 from engram.ssd.faults import EngramIOError
 from engram.tables import EngramTable
+from sglang_engram.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
-
-_failures: list[str] = []
-_lock = threading.Lock()
 
 
 def single_rank() -> bool:
@@ -48,16 +45,18 @@ def lookup(table: EngramTable, ids: torch.Tensor) -> torch.Tensor:
         if not single_rank():
             raise
         logger.error("sglang-engram: Engram lookup failed, aborting its batch: %s", err)
-        with _lock:
-            _failures.append(str(err))
+        state = get_runtime().failures
+        with state.lock:
+            state.messages.append(str(err))
         return torch.zeros((*ids.shape, table.head_dim), dtype=torch.bfloat16, device=table.device)
 
 
 def after_run_batch(result: Any, scheduler: Any, batch: Any, *_: Any, **__: Any) -> None:
     """AFTER ``Scheduler.run_batch``: abort the batch's requests if a lookup failed."""
-    with _lock:
-        failures = list(_failures)
-        _failures.clear()
+    state = get_runtime().failures
+    with state.lock:
+        failures = list(state.messages)
+        state.messages.clear()
     if not failures:
         return
     from sglang.srt.managers.schedule_batch import FINISH_ABORT

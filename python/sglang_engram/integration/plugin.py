@@ -9,31 +9,25 @@ reason and recorded for ``python -m sglang_engram doctor`` instead of raising.
 from __future__ import annotations
 
 import logging
-import threading
 
-from sglang_engram.integration import import_watch as deferred
-from sglang_engram.integration import kernel_standin
+from sglang_engram.integration import import_watch, kernel_standin
 from sglang_engram.integration.hooks import CALL, HOOKS, Hook
 from sglang_engram.integration.version_pin import version_problem
+from sglang_engram.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "engram"
 DIST_NAME = "sglang-engram"
 
-# target -> "pending" | "applied" | "failed: <reason>"
-STATUS: dict[str, str] = {}
-_registered = False
-_lock = threading.Lock()
-
 
 def register() -> None:
     """Arrange for every hook in :data:`HOOKS` to apply when its module is imported."""
-    global _registered
-    with _lock:
-        if _registered:
+    state = get_runtime().hooks
+    with state.lock:
+        if state.registered:
             return
-        _registered = True
+        state.registered = True
     problem = version_problem()
     if problem:
         logger.warning("sglang-engram: %s", problem)
@@ -44,20 +38,21 @@ def register() -> None:
         logger.error("sglang-engram: could not check sgl_kernel: %s: %s", type(exc).__name__, exc)
     for hook in HOOKS:
         try:
-            STATUS[hook.target] = "pending"
-            deferred.watch(hook.ours_module)
-            deferred.when_imported(hook.module, lambda _m, h=hook: apply_hook(h))
+            _record(hook, "pending")
+            import_watch.watch(hook.ours_module)
+            import_watch.when_imported(hook.module, lambda _m, h=hook: apply_hook(h))
         except Exception as exc:  # noqa: BLE001 - never take SGLang down
             _failed(hook, exc)
 
 
 def apply_hook(hook: Hook) -> bool:
     """Apply one hook now (its module is imported); record and log the outcome."""
-    if deferred.initializing(hook.ours_module):
+    if import_watch.initializing(hook.ours_module):
         # NOTE: our module imported the upstream one and is still executing (e.g.
-        # ``import sglang_engram.models.deepseek_v41.layers`` came first): its names do not exist yet, so the
-        # hook applies once it has finished (register() watched it for this).
-        deferred.when_imported(hook.ours_module, lambda _m: apply_hook(hook))
+        # ``import sglang_engram.models.deepseek_v41.layers`` came first): its names do
+        # not exist yet, so the hook applies once it has finished (register() watched it
+        # for this).
+        import_watch.when_imported(hook.ours_module, lambda _m: apply_hook(hook))
         return False
     try:
         hook.resolve_target()
@@ -79,13 +74,26 @@ def apply_hook(hook: Hook) -> bool:
     except Exception as exc:  # noqa: BLE001 - logged and recorded, never raised
         _failed(hook, exc)
         return False
-    STATUS[hook.target] = "applied"
+    _record(hook, "applied")
     logger.debug("sglang-engram: applied %s hook on %s", hook.kind, hook.target)
     return True
 
 
+def hook_status() -> dict[str, str]:
+    """Each registered hook's target -> ``"pending"``, ``"applied"`` or ``"failed: <reason>"``."""
+    state = get_runtime().hooks
+    with state.lock:
+        return dict(state.status)
+
+
+def _record(hook: Hook, outcome: str) -> None:
+    state = get_runtime().hooks
+    with state.lock:
+        state.status[hook.target] = outcome
+
+
 def _failed(hook: Hook, exc: BaseException) -> None:
-    STATUS[hook.target] = f"failed: {type(exc).__name__}: {exc}"
+    _record(hook, f"failed: {type(exc).__name__}: {exc}")
     logger.error(
         "sglang-engram: could not hook %s (%s): %s: %s; that feature is unavailable",
         hook.target,

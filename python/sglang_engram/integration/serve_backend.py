@@ -10,9 +10,6 @@ by itself. Serving is SGLang's own LLM path; only the plugin loading comes first
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from sglang.cli.serve_backends import (
     SERVE_BACKEND_API_VERSION,
     ServeBackend,
@@ -20,7 +17,7 @@ from sglang.cli.serve_backends import (
     ServeRequest,
 )
 
-from engram.spec import has_engram
+from sglang_engram.args.model_facts import model_facts
 
 
 def backend() -> ServeBackend:
@@ -51,9 +48,10 @@ def detect(request: ServeRequest) -> ServeBackendDetection:
     if request.model_path is None:
         return ServeBackendDetection.UNKNOWN
     try:
-        config = json.loads((Path(request.model_path) / "config.json").read_text())
+        # NOTE: read once for the process: the flag hook of run() asks for it again.
+        facts = model_facts(request.model_path)
     except (OSError, ValueError):
         return ServeBackendDetection.UNKNOWN
-    if not isinstance(config, dict):
+    if facts.hf_config is None:
         return ServeBackendDetection.UNKNOWN
-    return ServeBackendDetection.MATCH if has_engram(config) else ServeBackendDetection.NO_MATCH
+    return ServeBackendDetection.MATCH if facts.has_engram else ServeBackendDetection.NO_MATCH

@@ -8,7 +8,7 @@ Row ids depend on token ids alone, so they are known early:
   step looks up (the n-grams ending at each new token) follow from them.
 
 The scheduler process hashes those tokens with the served model's hasher
-(``table_registry.hasher()``) and every prefetching (``ssd``) table starts reading the
+(``tables.served.hasher()``) and every prefetching (``ssd``) table starts reading the
 rows in the background; the lookups take them from the table's prefetch handles.
 Tables without ``prefetch`` (hbm, dram) need no read-ahead, and nothing is hashed
 when no table prefetches.
@@ -17,34 +17,29 @@ when no table prefetches.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 
 import torch
 
 from engram.hashing import NgramHasher
 from engram.ssd.read_ahead import PrefetchHandle
-from sglang_engram.tables import served as table_registry
+from sglang_engram.runtime import get_runtime
+from sglang_engram.tables import served
 
 logger = logging.getLogger(__name__)
 
 # (index of the layer in the hasher's output, table, first global row the table holds)
 Target = tuple[int, object, int]
 
-# NOTE: one live decode handle per table: the next step's handle replaces (releases)
-# the previous one, so handles never pile up in front of the lookups.
-_decode_handles: dict[int, PrefetchHandle] = {}
-_decode_lock = threading.Lock()
-
 
 def _targets() -> list[Target]:
-    hasher = table_registry.hasher()
+    hasher = served.hasher()
     if hasher is None:
         return []
     layer_ids = hasher.spec.layer_ids
     return [
         (layer_ids.index(entry.layer_id), entry.table, entry.row_start)
-        for entry in table_registry.served()
+        for entry in served.served()
         # NOTE: an HBM hot-row cache in front passes prefetch on to its ssd table.
         if hasattr(entry.table, "prefetch") and entry.layer_id in layer_ids
     ]
@@ -77,7 +72,7 @@ def prefetch_prompt(token_ids: Sequence[int]) -> int:
     targets = _targets()
     if not targets or not token_ids:
         return 0
-    hasher = table_registry.hasher()
+    hasher = served.hasher()
     row_ids = hasher.hash(_token_ids(hasher, token_ids))
     return len(_prefetch(targets, row_ids))
 
@@ -89,7 +84,7 @@ def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]])
     targets = _targets()
     if not targets:
         return 0
-    hasher = table_registry.hasher()
+    hasher = served.hasher()
     n = hasher.window
     tails = []
     for prompt, output in sequences:
@@ -105,9 +100,13 @@ def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]])
         torch.stack([hasher.history_row(tail[:-1]) for tail in tails]),
     )
     started = _prefetch(targets, row_ids)
-    with _decode_lock:
-        previous = [_decode_handles.pop(id(table), None) for table, _ in started]
-        _decode_handles.update((id(table), handle) for table, handle in started)
+    # NOTE: one live decode handle per table (the runtime holds them): the next step's
+    # handle replaces (releases) the previous one, so handles never pile up in front of
+    # the lookups.
+    state = get_runtime().read_ahead
+    with state.lock:
+        previous = [state.decode_handles.pop(id(table), None) for table, _ in started]
+        state.decode_handles.update((id(table), handle) for table, handle in started)
     for handle in previous:
         if handle is not None:
             handle.release()
@@ -120,7 +119,7 @@ def after_add_request_to_queue(
     """AFTER ``Scheduler._add_request_to_queue``: prefetch the rows the queued request's
     prefill will look up (its prompt, plus its outputs when it was retracted). A PD
     decode worker never prefills, so it reads nothing here."""
-    if table_registry.hasher() is None:
+    if served.hasher() is None:
         return  # no prefetching table: nothing to hash
     try:
         mode = getattr(getattr(scheduler, "disaggregation_mode", None), "name", "NULL")
@@ -140,7 +139,7 @@ def after_process_batch_result(
     NOTE: the overlap scheduler launches the next step before it processes this one's
     result, so the rows would arrive after that step looked them up: nothing is read
     then (``--disable-overlap-schedule`` lets decode steps read ahead)."""
-    if getattr(scheduler, "enable_overlap", False) or table_registry.hasher() is None:
+    if getattr(scheduler, "enable_overlap", False) or served.hasher() is None:
         return
     try:
         sequences = [

@@ -36,7 +36,8 @@ from sglang_engram.metrics.names import (
     TABLE_BYTES,
     UNIQUE_ROWS,
 )
-from sglang_engram.tables import served as table_registry
+from sglang_engram.runtime import get_runtime
+from sglang_engram.tables import served
 
 logger = logging.getLogger(__name__)
 
@@ -98,11 +99,11 @@ class EngramMetrics:
 
     def update(self) -> None:
         """Fold what the tables counted since the last call into the metrics."""
-        for tier, n in table_registry.memory_by_tier().items():
+        for tier, n in served.memory_by_tier().items():
             self.table_bytes.labels(tier=tier).set(n)
         hot = total = cache_hits = cache_reads = 0
-        served = table_registry.served()
-        for entry in served:
+        entries = served.served()
+        for entry in entries:
             counters = entry.table.counters
             if counters.on_duration is None:
                 counters.on_duration = self.latency.observe
@@ -128,7 +129,7 @@ class EngramMetrics:
             if entry.table.placement in ("dram", "ssd"):
                 hot += now["bytes_read"].get(HOT_TIER, 0)
                 total += sum(now["bytes_read"].values())
-        for gone in self._seen.keys() - {id(entry.table.counters) for entry in served}:
+        for gone in self._seen.keys() - {id(entry.table.counters) for entry in entries}:
             del self._seen[gone]
         self.hit_ratio.set(hot / total if total else 0.0)
         self.ssd_hit_ratio.set(cache_hits / cache_reads if cache_reads else 0.0)
@@ -142,16 +143,15 @@ def _grown(now: dict[str, Any], last: dict[str, Any], key: str) -> int:
     return now.get(key, 0) - last.get(key, 0)
 
 
-_metrics: EngramMetrics | None = None
-
-
 def after_init_metrics_collector(result: object, scheduler: object, *args: object) -> None:
-    """AFTER ``Scheduler.init_metrics_collector``: start ours if SGLang exports metrics."""
-    global _metrics
+    """AFTER ``Scheduler.init_metrics_collector``: start ours (the runtime holds it) if
+    SGLang exports metrics."""
     from sglang.srt.runtime_context import get_observability, get_parallel
 
-    if not get_observability().enable_metrics or _metrics is not None:
-        return
-    _metrics = EngramMetrics(export_requests=get_parallel().tp_rank == 0)
-    _metrics.start()
+    runtime = get_runtime()
+    with runtime.lock:
+        if not get_observability().enable_metrics or runtime.metrics is not None:
+            return
+        runtime.metrics = EngramMetrics(export_requests=get_parallel().tp_rank == 0)
+        runtime.metrics.start()
     logger.info("sglang-engram: exporting %s* metrics", PREFIX)

@@ -11,10 +11,10 @@ import logging
 
 import torch
 
-from engram.presets import DSV41_FLASH
 from engram.ssd.directory import table_dir
 from engram.tables import EngramTable, create_table
 from engram.tables.ssd import DEFAULT_PREFETCH_BYTES as PREFETCH_BYTES
+from sglang_engram.args.model_facts import model_facts
 from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import ssd_dirs as ssd_tables
@@ -40,10 +40,7 @@ def table_options(config: EngramServerConfig, tables: int) -> dict[str, object]:
 def engram_table_count(model_path: str) -> int:
     """How many Engram layers the served checkpoint has (its config.json); the
     DeepSeek-V4.1-Flash count when the path is a hub id (nothing local to read)."""
-    from sglang_engram.args.startup_checks import read_model_config
-
-    hf_config = read_model_config(model_path) or {}
-    return len(hf_config.get("engram_layer_ids") or DSV41_FLASH["engram_layer_ids"])
+    return model_facts(model_path).engram_table_count
 
 
 def serving_model_path() -> str:

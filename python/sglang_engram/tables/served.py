@@ -1,15 +1,16 @@
-"""The Engram tables this process serves from, for the metrics and the startup log."""
+"""The Engram tables this process serves from, for the metrics, the read-ahead and the
+startup log (the runtime holds them: ``EngramRuntime.tables``)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Protocol
 
 from engram.files import GIB
 from engram.hashing import NgramHasher
 from engram.tables import TableCounters
+from sglang_engram.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -37,36 +38,29 @@ class ServedTable:
     own_requests: bool = False
 
 
-_tables: list[ServedTable] = []
-_hasher: list[NgramHasher] = []
-_lock = threading.Lock()
-
-
 def add(layer_id: int, table: Served, row_start: int = 0, own_requests: bool = False) -> None:
-    with _lock:
-        _tables.append(ServedTable(layer_id, table, row_start, own_requests))
+    state = get_runtime().tables
+    with state.lock:
+        state.entries.append(ServedTable(layer_id, table, row_start, own_requests))
 
 
 def served() -> list[ServedTable]:
-    with _lock:
-        return list(_tables)
-
-
-def clear() -> None:
-    with _lock:
-        _tables.clear()
-        _hasher.clear()
+    state = get_runtime().tables
+    with state.lock:
+        return list(state.entries)
 
 
 def set_hasher(hasher: NgramHasher) -> None:
-    """The hasher of the served model (for reading SSD rows ahead: ``read_ahead``)."""
-    with _lock:
-        _hasher[:] = [hasher]
+    """The hasher of the served model (for reading SSD rows ahead: ``ssd_read_ahead``)."""
+    state = get_runtime().tables
+    with state.lock:
+        state.hasher = hasher
 
 
 def hasher() -> NgramHasher | None:
-    with _lock:
-        return _hasher[0] if _hasher else None
+    state = get_runtime().tables
+    with state.lock:
+        return state.hasher
 
 
 def memory_by_tier() -> dict[str, int]:

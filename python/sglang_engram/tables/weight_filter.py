@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,46 +17,43 @@ from typing import Any
 
 import torch
 
+from sglang_engram.runtime import get_runtime
+
 logger = logging.getLogger(__name__)
 
 # NOTE: the table tensors of both the tiny model and DeepSeek-V4.1 end this way; the
 # wkv projection and gate weights (".engram.wkv.", ".engram.q_weight") do not match.
 TABLE_TENSOR = re.compile(r"\.engram\.embed\.(weight|scale)$")
 
-_skip_lock = threading.Lock()
-_skip_all_tables = False
-_skip_layers: set[int] = set()
 _LAYER = re.compile(r"layers\.(\d+)\.engram\.embed\.")
 
 
 def skip_tables(*, all_tables: bool = False, layers: set[int] | None = None) -> None:
-    """Tell the loader not to read these tables (called while the model is built)."""
-    global _skip_all_tables
-    with _skip_lock:
-        _skip_all_tables = _skip_all_tables or all_tables
-        _skip_layers.update(layers or ())
+    """Tell the loader not to read these tables (called while the model is built).
 
-
-def reset_skips() -> None:
-    global _skip_all_tables
-    with _skip_lock:
-        _skip_all_tables = False
-        _skip_layers.clear()
+    NOTE: the skips last as long as the process serves the model (a reload from disk
+    skips the same tables); ``EngramRuntime.reset`` forgets them."""
+    state = get_runtime().skips
+    with state.lock:
+        state.all_tables = state.all_tables or all_tables
+        state.layers.update(layers or ())
 
 
 def is_skipped(name: str) -> bool:
     if not TABLE_TENSOR.search(name):
         return False
-    with _skip_lock:
-        if _skip_all_tables:
+    state = get_runtime().skips
+    with state.lock:
+        if state.all_tables:
             return True
         match = _LAYER.search(name)
-        return match is not None and int(match.group(1)) in _skip_layers
+        return match is not None and int(match.group(1)) in state.layers
 
 
 def _active() -> bool:
-    with _skip_lock:
-        return _skip_all_tables or bool(_skip_layers)
+    state = get_runtime().skips
+    with state.lock:
+        return state.all_tables or bool(state.layers)
 
 
 def _holds_tables(path: str) -> bool:

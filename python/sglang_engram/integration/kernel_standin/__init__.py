@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_engram.runtime import get_runtime
+
 logger = logging.getLogger(__name__)
 
 # NOTE: the directory holding the stand-in package ``sgl_kernel``; children find it
@@ -44,41 +46,39 @@ class KernelStatus:
         )
 
 
-_status: KernelStatus | None = None
-
-
 def gpu_present() -> bool:
     """A CUDA, ROCm or WSL GPU device node exists (read without importing torch)."""
     return any(glob.glob(pattern) for pattern in _GPU_DEVICE_NODES)
 
 
 def install_if_needed() -> KernelStatus:
-    """Use the stand-in when no GPU is present and the real ``sgl_kernel`` cannot load."""
-    global _status
-    if _status is not None:
-        return _status
+    """Use the stand-in when no GPU is present and the real ``sgl_kernel`` cannot load
+    (decided once per process; the runtime holds the answer)."""
+    runtime = get_runtime()
+    if runtime.kernel is None:
+        runtime.kernel = _decide()
+    return runtime.kernel
+
+
+def _decide() -> KernelStatus:
     inherited = os.environ.get(ENV_VAR)
     module = sys.modules.get("sgl_kernel")
     if module is not None:
         # already imported: by SGLang (a scheduler process finds the stand-in first on
         # the PYTHONPATH its launcher set) or by the user
         if getattr(module, "STANDIN", False):
-            _status = KernelStatus(True, inherited or "installed by the launcher")
-        else:
-            _status = KernelStatus(False, "the real package")
-        return _status
+            return KernelStatus(True, inherited or "installed by the launcher")
+        return KernelStatus(False, "the real package")
     if inherited:
-        _status = _install(inherited)
-    elif gpu_present():
-        _status = KernelStatus(False, "a GPU is present: the real package, untouched")
-    else:
-        _status = _try_real()
-    return _status
+        return _install(inherited)
+    if gpu_present():
+        return KernelStatus(False, "a GPU is present: the real package, untouched")
+    return _try_real()
 
 
 def status() -> KernelStatus:
     """What :func:`install_if_needed` decided (deciding now if it has not run)."""
-    return _status or install_if_needed()
+    return install_if_needed()
 
 
 def _try_real() -> KernelStatus:

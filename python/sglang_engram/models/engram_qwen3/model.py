@@ -215,7 +215,6 @@ class EngramQwen3ForCausalLM(nn.Module):
         missing = [b.layer_id for b in self.model.blocks if b.table is None]
         if missing:
             raise ValueError(f"the checkpoint has no Engram table for layers {missing}")
-        weight_filter.reset_skips()
         served.log_placement(
             self.engram.offload, self.engram.role_name, self.engram.implementation(tiny=True)
         )

@@ -1,0 +1,151 @@
+"""Everything the plugin remembers in one process: the :class:`EngramRuntime`.
+
+Every SGLang process that loads the plugin (launcher, scheduler, tokenizer) has one,
+returned by :func:`get_runtime`. The plugin's modules hold no mutable state of their
+own: their functions read and write the fields below, each guarded by the lock next
+to it. This module imports neither torch nor SGLang (``register()`` reaches it).
+
+Two kinds of state:
+
+- **the process**: what registration did to this interpreter (each hook's status, the
+  import watch on ``sys.meta_path``, which ``sgl_kernel`` is used). :meth:`EngramRuntime.reset`
+  keeps it: SGLang's classes stay patched and the finder stays installed whatever is
+  forgotten here.
+- **serving**: what serving resolved and built (the server config, the model facts read
+  from ``config.json``, the served tables and hasher, the weight filter's skips, failed
+  lookups, the read-ahead's decode handles, the metrics exporter). :meth:`EngramRuntime.reset`
+  starts it over, as a fresh process would (tests call it between cases).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engram.hashing import NgramHasher
+    from engram.ssd.read_ahead import PrefetchHandle
+    from sglang_engram.args.model_facts import ModelFacts
+    from sglang_engram.args.server_config import EngramServerConfig
+    from sglang_engram.integration.kernel_standin import KernelStatus
+    from sglang_engram.metrics.exporter import EngramMetrics
+    from sglang_engram.tables.served import ServedTable
+
+
+# ---- the process (kept by reset) ----------------------------------------------------------
+
+
+@dataclass
+class HookState:
+    """``integration.plugin``: whether ``register()`` ran, and each hook's outcome."""
+
+    registered: bool = False
+    # target -> "pending" | "applied" | "failed: <reason>"
+    status: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class ImportState:
+    """``integration.import_watch``: callbacks waiting for a module's first import."""
+
+    callbacks: dict[str, list[Callable[[ModuleType], None]]] = field(default_factory=dict)
+    # NOTE: modules whose code has run through our loader; importlib still marks them
+    # initializing while their callbacks run.
+    executed: set[str] = field(default_factory=set)
+    # the finder on sys.meta_path (installed once, on the first watched module)
+    finder: Any = None
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+# ---- serving (reset starts it over) ------------------------------------------------------
+
+
+@dataclass
+class TableState:
+    """``tables.served``: the tables this process serves and the served model's hasher."""
+
+    entries: list[ServedTable] = field(default_factory=list)
+    hasher: NgramHasher | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class SkipState:
+    """``tables.weight_filter``: the table tensors the checkpoint loader leaves unread."""
+
+    all_tables: bool = False
+    layers: set[int] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class FailureState:
+    """``integration.lookup_failures``: lookups that failed since the last batch ended."""
+
+    messages: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class ReadAheadState:
+    """``lookahead.ssd_read_ahead``: the live decode-step handle of each table."""
+
+    # NOTE: id(table) -> its handle: one per table, the next step's replaces it.
+    decode_handles: dict[int, PrefetchHandle] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class EngramRuntime:
+    """The plugin's state in this process (see the module docstring)."""
+
+    hooks: HookState = field(default_factory=HookState)
+    imports: ImportState = field(default_factory=ImportState)
+    kernel: KernelStatus | None = None
+
+    # ``args.server_config``: the config this process serves with (resolved on first use)
+    config: EngramServerConfig | None = None
+    # ``args.model_facts``: the served checkpoint's config.json, and how often it was read
+    model: ModelFacts | None = None
+    config_json_reads: int = 0
+    tables: TableState = field(default_factory=TableState)
+    skips: SkipState = field(default_factory=SkipState)
+    failures: FailureState = field(default_factory=FailureState)
+    read_ahead: ReadAheadState = field(default_factory=ReadAheadState)
+    # ``metrics.exporter``: the exporter thread, once SGLang exports metrics
+    metrics: EngramMetrics | None = None
+    # guards config, model, config_json_reads and metrics
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def reset(self) -> None:
+        """Forget everything serving resolved and built, as a fresh process would start:
+        the read-ahead's handles are released and the metrics thread stops. What
+        registration did to this process stays (see the module docstring)."""
+        with self.lock:
+            handles, metrics = self.read_ahead, self.metrics
+            self.config = self.model = self.metrics = None
+            self.config_json_reads = 0
+            self.tables = TableState()
+            self.skips = SkipState()
+            self.failures = FailureState()
+            self.read_ahead = ReadAheadState()
+        with handles.lock:
+            released = list(handles.decode_handles.values())
+            handles.decode_handles.clear()
+        for handle in released:
+            handle.release()
+        if metrics is not None:
+            metrics.stop()
+
+
+_RUNTIME = EngramRuntime()
+
+
+def get_runtime() -> EngramRuntime:
+    """This process's runtime (one object for the life of the process; ``reset()``
+    clears it in place)."""
+    return _RUNTIME
