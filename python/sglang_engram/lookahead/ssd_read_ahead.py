@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from engram.hashing import NgramHasher
-from engram.ssd.read_ahead import PrefetchHandle
+from engram.ssd.prefetch import PrefetchHandle
 from sglang_engram.tables import served as table_registry
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def _targets() -> list[Target]:
         (layer_ids.index(entry.layer_id), entry.table, entry.row_start)
         for entry in table_registry.served()
         # NOTE: an HBM hot-row cache in front passes prefetch on to its ssd table.
-        if hasattr(entry.table, "prefetch") and entry.layer_id in layer_ids
+        if entry.layer_id in layer_ids
     ]
 
 

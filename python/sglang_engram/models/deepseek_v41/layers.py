@@ -35,9 +35,9 @@ from engram.tables.dram import packed_host_rows
 from sglang_engram.args.server_config import EngramServerConfig, current_config
 from sglang_engram.integration import lookup_failures
 from sglang_engram.models.deepseek_v41 import upstream_embedding
-from sglang_engram.tables import opening as placement
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import weight_filter as loading
+from sglang_engram.tables.opening import open_layer_table
 
 logger = logging.getLogger(__name__)
 
@@ -79,20 +79,9 @@ class PlacedEngramEmbedding(EngramEmbedding):
         # NOTE: recorded now: __init__ runs inside SGLang's device context, but
         # finish_load runs from load_weights, outside it (where the default is the CPU).
         self.device = _serving_device()
-        # the Engram tables of this process share the cache flags' budgets
-        self.tables = placement.engram_table_count(placement.serving_model_path())
         if self.placement == "ssd":
             # Streams this rank's rows from the checkpoint files (first start only).
-            self.table = placement.ssd_table(
-                self.config,
-                layer_id,
-                model_path=placement.serving_model_path(),
-                rows=(self.row_start, row_end),
-                head_dim=dim,
-                device=self.device,
-                tables=self.tables,
-                shard=self.shard,
-            )
+            self.table = self._open()
         if self.placement != "dram":
             loading.skip_tables(layers={layer_id})
         weight, scale = self._load_targets()
@@ -121,16 +110,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
 
     def finish_load(self, label: str) -> None:
         if self.placement == "dram" and self.table is None:
-            self.table = placement.build_table(
-                self.config,
-                self.layer_id,
-                self.weight.data,
-                self.scale.data,
-                head_dim=self.dim,
-                device=self.device,
-                tables=self.tables,
-                row_start=self.row_start,
-            )
+            self.table = self._open(self.weight.data, self.scale.data)
             # NOTE: the table adopted the loaded buffer; only the table refers to it now.
             self.weight.data = self.weight.data.new_empty(0, self.dim)
             self.scale.data = self.scale.data.new_empty(0, self.dim // FP8_BLOCK)
@@ -140,6 +120,20 @@ class PlacedEngramEmbedding(EngramEmbedding):
             self.placement,
             self.config.implementation(tiny=False),
             self.table.memory() if self.table is not None else "nothing held",
+        )
+
+    def _open(
+        self, weight: torch.Tensor | None = None, scale: torch.Tensor | None = None
+    ) -> EngramTable:
+        return open_layer_table(
+            self.config,
+            self.layer_id,
+            rows=(self.row_start, self.row_start + self.rows),
+            head_dim=self.dim,
+            device=self.device,
+            weight=weight,
+            scale=scale,
+            shard=self.shard,
         )
 
     def _owned_rows(self, indices: torch.Tensor) -> torch.Tensor:

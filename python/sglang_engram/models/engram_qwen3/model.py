@@ -32,7 +32,6 @@ from sglang_engram.models.engram_qwen3.hasher import SlotHasher, load_serving_to
 from sglang_engram.models.engram_qwen3.weights import ENGRAM_PARAM, route_weight
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import weight_filter as loading
-from sglang_engram.tables.opening import serving_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -164,9 +163,8 @@ class EngramQwen3ForCausalLM(nn.Module):
         )
         self.logits_processor = LogitsProcessor(config)
         if self.engram.offload == "ssd":
-            model_path = serving_model_path()
             for block in self.model.blocks:
-                block.open_ssd(model_path)
+                block.open_ssd()
 
     @property
     def start_layer(self) -> int:
