@@ -45,8 +45,10 @@ from lookup_baselines import AnonPeak, DramChild, NaivePath
 
 from engram.files import GIB, MIB
 from engram.ssd.ensure import ensure_table
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
+from engram.ssd.manifest import TableManifest
 from engram.ssd.readers import DEFAULT_READER, reader_names
+from engram.tables import TableOptions
 from engram.tables.ssd import SsdTable
 
 COLUMNS = 48
@@ -73,7 +75,7 @@ class SyntheticRows:
 
 
 def build_table(directory: Path, gib: float) -> Path:
-    probe = TableLayout(1, 256)
+    probe = DiskLayout(1, 256)
     rows = int(gib * GIB) // probe.block_bytes * probe.rows_per_block
     source = SyntheticRows(rows)
     final = directory / "table"
@@ -186,11 +188,16 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     )
     dram = DramChild(table_dir, work / "batches.npz")
     peak = AnonPeak()
-    table_args = {"device": torch.device("cpu")}
+    manifest = TableManifest.load(table_dir)
     others = [r for r in reader_names() if r != args.read] if args.compare_readers else []
-    tables = {f"ssd:{r}": SsdTable(table_dir, read=r, **table_args) for r in [args.read, *others]}
+    tables = {
+        f"ssd:{r}": SsdTable(table_dir, manifest, TableOptions("ssd", read=r))
+        for r in [args.read, *others]
+    }
     if args.compare_checks:
-        tables[UNCHECKED] = SsdTable(table_dir, read=args.read, check_blocks=False, **table_args)
+        tables[UNCHECKED] = SsdTable(
+            table_dir, manifest, TableOptions("ssd", read=args.read), check_blocks=False
+        )
     chosen = tables[f"ssd:{args.read}"]
     naive = NaivePath(chosen.directory / chosen.manifest.data_file, chosen.manifest.layout)
     measured, resident = {}, 0.0

@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 
 
 class NaivePath:
     """ids -> np.unique -> fancy index on an np.memmap -> copy into a staging tensor."""
 
-    def __init__(self, data: Path, layout: TableLayout):
+    def __init__(self, data: Path, layout: DiskLayout):
         self.data, self.layout = data, layout
         self._blocks: np.ndarray | None = None
 
@@ -55,7 +55,7 @@ def dram_child(table_dir: Path, batches_file: Path) -> None:
     """Child process: the table in anonymous memory; times our CPU gather of the batch
     named on each stdin line ("prefill 3") and prints the seconds."""
     manifest = json.loads((table_dir / "manifest.json").read_text())
-    layout = TableLayout(manifest["num_rows"], manifest["head_dim"], manifest["chunk_blocks"])
+    layout = DiskLayout(manifest["num_rows"], manifest["head_dim"], manifest["chunk_blocks"])
     weight = torch.empty((layout.num_rows, layout.head_dim), dtype=torch.uint8)
     scale = torch.empty((layout.num_rows, layout.scale_dim), dtype=torch.uint8)
     used = layout.rows_per_block * layout.row_bytes

@@ -12,9 +12,10 @@
   the old table once complete) from rows read in slices of a safetensors checkpoint;
   ``python -m engram.convert`` is the command line.
 - :mod:`~engram.ssd.readers`: read strategies (``mmap``, ``pread``), chosen by name.
-- :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.read_ahead`, :mod:`~engram.ssd.staging`:
-  the RAM hot-row cache, read-ahead handles (admission, next decode step), the (pinned)
-  staging buffers.
+- :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.prefetch`,
+  :mod:`~engram.ssd.bounce_buffers`: the RAM hot-row cache, a table's prefetch handles
+  (rows read ahead of their lookup), the (pinned) host buffers rows pass through on
+  their way to the device.
 - :mod:`~engram.ssd.integrity`, :mod:`~engram.ssd.faults`: checks on open, the damage
   mark, a file changing under a running table, I/O and checksum errors that fail one
   lookup.
@@ -46,7 +47,7 @@ io_uring strategy.
 
 from engram.ssd.converter import convert_checkpoint
 from engram.ssd.faults import EngramIOError
-from engram.ssd.layout import PAGE_BYTES, TableLayout
+from engram.ssd.layout import PAGE_BYTES, DiskLayout
 from engram.ssd.readers import DEFAULT_READER, READERS, reader_names, register_reader
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
     "PAGE_BYTES",
     "READERS",
     "EngramIOError",
-    "TableLayout",
+    "DiskLayout",
     "convert_checkpoint",
     "reader_names",
     "register_reader",

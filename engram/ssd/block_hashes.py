@@ -26,7 +26,7 @@ import xxhash
 
 from engram.errors import EngramTableError
 from engram.ssd.faults import EngramChecksumError
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 
 HASH_NAME = "xxh3_64"
 HASHES_FILE = "blocks.xxh3"
@@ -52,7 +52,7 @@ def digest_of(hashes: np.ndarray) -> str:
     return xxhash.xxh3_128_hexdigest(hashes.astype("<u8", copy=False).tobytes())
 
 
-def read_hashes(directory: Path, layout: TableLayout, digest: str) -> np.ndarray:
+def read_hashes(directory: Path, layout: DiskLayout, digest: str) -> np.ndarray:
     """The block hashes of the table in ``directory``, checked against ``digest``."""
     path = directory / HASHES_FILE
     try:
@@ -73,7 +73,7 @@ def read_hashes(directory: Path, layout: TableLayout, digest: str) -> np.ndarray
 class BlockChecks:
     """Expected hashes and checked flags of the blocks of one table's data file."""
 
-    def __init__(self, data: Path, layout: TableLayout, expected: np.ndarray):
+    def __init__(self, data: Path, layout: DiskLayout, expected: np.ndarray):
         self.data = data
         self.directory = data.parent
         self.layout = layout

@@ -24,7 +24,7 @@ from engram.ssd.checkpoint import find_tables
 from engram.ssd.directory import table_dir
 from engram.ssd.ensure import decide, ensure_table
 from engram.ssd.integrity import verify_table
-from engram.ssd.layout import DEFAULT_CHUNK_BYTES, TableLayout
+from engram.ssd.layout import DEFAULT_CHUNK_BYTES, DiskLayout
 from engram.ssd.manifest import MANIFEST, CheckpointManifest, TableManifest
 from engram.ssd.writer import require_space
 
@@ -43,7 +43,7 @@ def convert_checkpoint(
     paths = {layer: table_dir(out, layer) for layer in tables}
     decisions = {layer: decide(paths[layer], rows, chunk_bytes) for layer, rows in tables.items()}
     total = sum(
-        TableLayout.with_chunk_bytes(rows.num_rows, rows.head_dim, chunk_bytes).file_bytes
+        DiskLayout.with_chunk_bytes(rows.num_rows, rows.head_dim, chunk_bytes).file_bytes
         for rows in tables.values()
     )
     todo = [d for d in decisions.values() if not d.reuse]

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from engram.errors import EngramTableError
 from engram.ssd.integrity import verify_table
-from engram.ssd.layout import DEFAULT_CHUNK_BYTES, TableLayout
+from engram.ssd.layout import DEFAULT_CHUNK_BYTES, DiskLayout
 from engram.ssd.manifest import (
     CHECKPOINT_FORMAT,
     MANIFEST,
@@ -56,36 +56,41 @@ class Decision:
     """What to do with the table directory ``path`` for the rows of a source."""
 
     path: Path
-    reuse: bool
     why: str  # what was found there, for the log
     write_bytes: int  # bytes still to write, in the on-disk (page-padded) layout
     stale_bytes: int  # bytes of an outdated table there, removed once the new one is in
+    manifest: TableManifest | None = None  # the table's, when it is reused
+
+    @property
+    def reuse(self) -> bool:
+        return self.manifest is not None
 
 
 def decide(path: Path, source: RowSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Decision:
     """Reuse the table at ``path``, or convert ``source`` there (see the module NOTE)."""
-    layout = TableLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
+    layout = DiskLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
     work = partial_path(path)
     done = len(finished_chunks(work, layout, source.identity())) if work.exists() else 0
     written = min(done * layout.chunk_bytes, layout.file_bytes)
     if (path / MANIFEST).exists():
-        stale = _outdated(path, source)
-        if stale is None:
-            return Decision(path, True, "converted from these rows", 0, 0)
+        manifest, stale = _reusable(path, source)
+        if manifest is not None:
+            return Decision(path, "converted from these rows", 0, 0, manifest)
         used = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
         if done:
             stale += f"; the new table is half written ({written:,} bytes), resuming"
-        return Decision(path, False, stale, layout.file_bytes - written, used)
+        return Decision(path, stale, layout.file_bytes - written, used)
     if path.exists() and any(path.iterdir()):
         raise EngramTableError(
             f"{path} exists but is not an SSD table (no manifest.json); refusing to overwrite it"
         )
     why = f"half written ({written:,} bytes), resuming" if done else "not converted yet"
-    return Decision(path, False, why, layout.file_bytes - written, 0)
+    return Decision(path, why, layout.file_bytes - written, 0)
 
 
-def _outdated(path: Path, source: RowSource) -> str | None:
-    """Why the table of ours at ``path`` cannot serve ``source`` (``None``: it can)."""
+def _reusable(path: Path, source: RowSource) -> tuple[TableManifest | None, str]:
+    """The manifest of the table of ours at ``path`` if it can serve ``source``, else
+    ``None`` and why it cannot."""
     try:
         kind = json.loads((path / MANIFEST).read_text()).get("format")
     except (OSError, ValueError, AttributeError):
@@ -97,14 +102,14 @@ def _outdated(path: Path, source: RowSource) -> str | None:
     try:
         manifest = TableManifest.load(path)
         if manifest.source != source.identity():
-            return (
+            return None, (
                 f"it was converted from other rows ({_describe(manifest.source)}; these are "
                 f"{_describe(source.identity())})"
             )
         verify_table(path, manifest, "quick")
     except EngramTableError as err:
-        return f"it is unusable: {err}"
-    return None
+        return None, f"it is unusable: {err}"
+    return manifest, ""
 
 
 def ensure_table(
@@ -127,15 +132,16 @@ def ensure_table(
                 f"SSD table directory {path} {what}, and no weights were given to write it from"
             )
         return TableManifest.load(path)
-    if decide(path, source, chunk_bytes).reuse:
-        return TableManifest.load(path)
+    decision = decide(path, source, chunk_bytes)
+    if decision.manifest is not None:
+        return decision.manifest
     # NOTE: processes that share a table (TP ranks of a model whose tables are not
     # sharded, two servers on one disk) convert it once: the first holds the lock while
     # it writes, the others then decide again and find the finished table.
     with _exclusive(path) as lock_file:
         decision = decide(path, source, chunk_bytes)
-        if decision.reuse:
-            return TableManifest.load(path)
+        if decision.manifest is not None:
+            return decision.manifest
         if (path / MANIFEST).exists():
             logger.info("converting the SSD table %s again: %s", path, decision.why)
         if check_space:
@@ -148,7 +154,7 @@ def ensure_table(
         # NOTE: removed only once the table is published: whoever locks the old or a
         # new lock file from now on finds the table and reuses it.
         lock_file.unlink(missing_ok=True)
-    return TableManifest.load(path)
+    return manifest  # NOTE: names no directory: the published table's as it is
 
 
 @contextmanager

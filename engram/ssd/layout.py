@@ -31,8 +31,9 @@ DEFAULT_CHUNK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
-class TableLayout:
-    """Byte layout of one table's data file."""
+class DiskLayout:
+    """Where the rows of one table sit in its data file (the on-disk row layout; not
+    upstream's ``EngramLayout`` of hash columns, nor a host table's layout)."""
 
     num_rows: int
     head_dim: int
@@ -49,7 +50,7 @@ class TableLayout:
             raise EngramTableError(f"chunk_blocks must be >= 1, got {self.chunk_blocks}")
 
     @classmethod
-    def with_chunk_bytes(cls, num_rows: int, head_dim: int, chunk_bytes: int) -> TableLayout:
+    def with_chunk_bytes(cls, num_rows: int, head_dim: int, chunk_bytes: int) -> DiskLayout:
         probe = cls(num_rows, head_dim, 1)
         return cls(num_rows, head_dim, max(1, chunk_bytes // probe.block_bytes))
 

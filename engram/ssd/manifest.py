@@ -19,7 +19,7 @@ from typing import Any
 
 from engram.errors import EngramTableError
 from engram.ssd.block_hashes import HASH_NAME, HASHES_FILE
-from engram.ssd.layout import PAGE_BYTES, TableLayout
+from engram.ssd.layout import PAGE_BYTES, DiskLayout
 
 MANIFEST = "manifest.json"
 DATA_FILE = "rows.bin"
@@ -57,7 +57,7 @@ class TableManifest:
 
     @classmethod
     def build(
-        cls, layout: TableLayout, crcs: list[int], source: dict[str, Any], block_digest: str
+        cls, layout: DiskLayout, crcs: list[int], source: dict[str, Any], block_digest: str
     ) -> TableManifest:
         return cls(
             num_rows=layout.num_rows,
@@ -74,8 +74,8 @@ class TableManifest:
         )
 
     @property
-    def layout(self) -> TableLayout:
-        return TableLayout(self.num_rows, self.head_dim, self.chunk_blocks)
+    def layout(self) -> DiskLayout:
+        return DiskLayout(self.num_rows, self.head_dim, self.chunk_blocks)
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -160,7 +160,7 @@ class CheckpointManifest:
         return cls(layers={str(k): v for k, v in data["layers"].items()})
 
 
-def digest_of(layout: TableLayout, crcs: list[int]) -> str:
+def digest_of(layout: DiskLayout, crcs: list[int]) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{layout.num_rows}:{layout.head_dim}:{layout.chunk_blocks}:".encode())
     h.update(b"".join(int(c).to_bytes(4, "little") for c in crcs))

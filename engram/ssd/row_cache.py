@@ -1,7 +1,7 @@
 """The bounded RAM cache of hot rows in front of an SSD table (``ram_cache_bytes``).
 
 Holds packed FP8 rows (``row_bytes`` each) in plain host memory; lookups copy hits into
-the staging buffer and insert what they read from the file. Hits and misses are counted
+the bounce buffer and insert what they read from the file. Hits and misses are counted
 per distinct row of a lookup.
 """
 

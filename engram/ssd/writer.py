@@ -30,7 +30,7 @@ from engram.errors import EngramRunError, EngramTableError
 from engram.files import GIB, MIB, atomic_write
 from engram.ssd.block_hashes import HASH_BYTES, HASHES_FILE, chunk_hashes, digest_of
 from engram.ssd.integrity import verify_table
-from engram.ssd.layout import DEFAULT_CHUNK_BYTES, TableLayout
+from engram.ssd.layout import DEFAULT_CHUNK_BYTES, DiskLayout
 from engram.ssd.manifest import DATA_FILE, MANIFEST, TableManifest
 from engram.ssd.sources import RowSource
 
@@ -47,7 +47,7 @@ def write_table(
     on_chunk: Callable[[int], None] | None = None,
 ) -> TableManifest:
     """Write (or finish writing) ``source`` into ``work``; return its manifest."""
-    layout = TableLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
+    layout = DiskLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
     identity = source.identity()
     crcs = finished_chunks(work, layout, identity)
     if len(crcs) == layout.num_chunks and (work / MANIFEST).exists():
@@ -104,7 +104,7 @@ def write_table(
 
 
 def iter_chunks(
-    source: RowSource, layout: TableLayout, *, start: int = 0
+    source: RowSource, layout: DiskLayout, *, start: int = 0
 ) -> Iterator[tuple[int, bytes]]:
     """(index, bytes) of each chunk of the data file from chunk ``start`` on."""
     for index in range(start, layout.num_chunks):
@@ -113,7 +113,7 @@ def iter_chunks(
         yield index, layout.pack(weight, scale).tobytes()
 
 
-def finished_chunks(work: Path, layout: TableLayout, identity: dict[str, Any]) -> list[int]:
+def finished_chunks(work: Path, layout: DiskLayout, identity: dict[str, Any]) -> list[int]:
     """crc32s of the chunks of these rows (``identity``) in this ``layout`` that ``work``
     already holds on disk; empty when it holds none, or other rows."""
     if (work / MANIFEST).exists():
@@ -157,7 +157,7 @@ def partial_path(final: Path) -> Path:
 
 
 def _save_progress(
-    work: Path, layout: TableLayout, identity: dict[str, Any], crcs: list[int]
+    work: Path, layout: DiskLayout, identity: dict[str, Any], crcs: list[int]
 ) -> None:
     progress = {
         "source": identity,
@@ -167,7 +167,7 @@ def _save_progress(
     atomic_write(work / PROGRESS, json.dumps(progress))
 
 
-def _layout_key(layout: TableLayout) -> list[int]:
+def _layout_key(layout: DiskLayout) -> list[int]:
     return [layout.num_rows, layout.head_dim, layout.chunk_blocks]
 
 

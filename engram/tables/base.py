@@ -1,4 +1,9 @@
-"""The interface every table placement implements, and its counters."""
+"""The interface every table placement implements, and its lookup counters.
+
+Counts, one word each: a table's ``counters`` (:class:`TableCounters`) count every
+lookup cumulatively; ``stats()`` (of the counters, or of a table for the counts its
+placement keeps besides) is a snapshot of them as a plain dict.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,18 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from engram import fp8
 from engram.errors import EngramInputError, EngramTableError
 from engram.fp8 import FP8_BLOCK, as_uint8
+from engram.ssd.prefetch import PrefetchHandle
 from engram.tables.timing import LookupClock
+
+if TYPE_CHECKING:
+    from engram.tables.options import TableOptions
 
 
 @dataclass
@@ -25,7 +35,7 @@ class TableCounters:
     bytes_read: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     # NOTE: told each lookup duration once it is known (the plugin's latency histogram).
-    # Readers attach here and take deltas of ``snapshot()``; the counters object itself is
+    # Readers attach here and take deltas of ``stats()``; the counters object itself is
     # never replaced, so no lookup can be recorded into an object nobody reads any more.
     on_duration: Callable[[float], None] | None = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -46,7 +56,8 @@ class TableCounters:
             for duration in seconds:
                 self.on_duration(duration)
 
-    def snapshot(self) -> dict[str, object]:
+    def stats(self) -> dict[str, object]:
+        """A snapshot of the counters."""
         with self._lock:
             return {
                 "lookups": self.lookups,
@@ -57,8 +68,14 @@ class TableCounters:
             }
 
 
-def check_table_arrays(weight: torch.Tensor, scale: torch.Tensor, head_dim: int | None) -> None:
-    """Raise naming the mismatch when (weight, scale) is not an FP8 table of ``head_dim``."""
+def check_table_arrays(
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    head_dim: int | None,
+    num_rows: int | None = None,
+) -> None:
+    """Raise naming the mismatch when (weight, scale) is not an FP8 table of
+    ``num_rows`` rows of ``head_dim`` (``None``: any)."""
     if weight.dtype not in (torch.uint8, torch.float8_e4m3fn):
         raise EngramTableError(f"table weight must be uint8 or float8_e4m3fn, got {weight.dtype}")
     if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu):
@@ -70,6 +87,8 @@ def check_table_arrays(weight: torch.Tensor, scale: torch.Tensor, head_dim: int 
     rows, dim = weight.shape
     if head_dim is not None and dim != head_dim:
         raise EngramTableError(f"table rows are {dim} wide but the spec's head_dim is {head_dim}")
+    if num_rows is not None and rows != num_rows:
+        raise EngramTableError(f"the table has {rows:,} rows but the spec expects {num_rows:,}")
     if dim % FP8_BLOCK or tuple(scale.shape) != (rows, dim // FP8_BLOCK):
         raise EngramTableError(
             f"table scale is {list(scale.shape)}, expected [{rows}, {dim // FP8_BLOCK}] "
@@ -81,10 +100,18 @@ class EngramTable(ABC):
     """One Engram layer's table in some placement.
 
     ``lookup(row_ids)`` returns bf16 rows ``[*row_ids.shape, head_dim]`` on ``device``;
-    every placement returns bit-identical rows for the same ids.
+    every placement returns bit-identical rows for the same ids. A placement is a
+    subclass registered by its ``placement`` name (``engram.tables``) and built by
+    :meth:`open`.
     """
 
-    placement: str = ""
+    placement: ClassVar[str] = ""
+    # NOTE: the TableOptions fields the placement takes besides the common ones
+    # (``engram.tables.options.COMMON_OPTIONS``); any other field set is an error.
+    options: ClassVar[frozenset[str]] = frozenset()
+    # whether ``hot_cache_bytes`` puts an HBM hot-row cache in front of the table (an
+    # hbm table's rows are in HBM already)
+    hot_cache: ClassVar[bool] = False
 
     def __init__(self, num_rows: int, head_dim: int, device: torch.device):
         self.num_rows = num_rows
@@ -92,6 +119,14 @@ class EngramTable(ABC):
         self.device = torch.device(device)
         self.counters = TableCounters()
         self._clock = LookupClock(self.device)
+
+    @classmethod
+    def open(
+        cls, weight: torch.Tensor | None, scale: torch.Tensor | None, options: TableOptions
+    ) -> EngramTable:
+        """The placement's table of ``weight`` and ``scale`` (checked FP8 rows, or
+        ``None`` for neither) built as ``options`` say."""
+        raise NotImplementedError(f"{cls.__name__} is no registered placement")
 
     @property
     def row_bytes(self) -> int:
@@ -114,6 +149,16 @@ class EngramTable(ABC):
     @abstractmethod
     def memory(self) -> dict[str, int]:
         """Bytes this table holds per tier (``hbm``, ``dram``, ``ssd``)."""
+
+    def prefetch(self, row_ids: torch.Tensor) -> PrefetchHandle | None:
+        """Start reading ``row_ids``' rows ahead of their lookup; ``None`` where the
+        lookups read nothing that reading ahead would hide (every placement but ssd)."""
+        return None
+
+    def stats(self) -> dict[str, float]:
+        """A snapshot of the counts the placement keeps besides ``counters`` (none
+        here; ssd: its RAM cache, read-ahead and I/O errors; the HBM hot cache: its hits)."""
+        return {}
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the table holds; the table is unusable afterwards."""
@@ -138,3 +183,12 @@ class EngramTable(ABC):
 
 def as_table_bytes(weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return as_uint8(weight), as_uint8(scale)
+
+
+def required_rows(
+    placement: str, weight: torch.Tensor | None, scale: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` and ``scale`` of a placement that holds the rows itself."""
+    if weight is None or scale is None:
+        raise EngramTableError(f"the {placement!r} placement needs the table's weight and scale")
+    return weight, scale

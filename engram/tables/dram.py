@@ -11,12 +11,20 @@ from __future__ import annotations
 import torch
 
 from engram.fp8 import row_bytes
-from engram.tables.base import EngramTable, as_table_bytes
+from engram.tables.base import EngramTable, as_table_bytes, required_rows
 from engram.tables.gather import gather_dequant_torch
+from engram.tables.options import TableOptions
 
 
 class DramTable(EngramTable):
     placement = "dram"
+    hot_cache = True
+
+    @classmethod
+    def open(
+        cls, weight: torch.Tensor | None, scale: torch.Tensor | None, options: TableOptions
+    ) -> DramTable:
+        return cls(*required_rows(cls.placement, weight, scale), device=options.torch_device)
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, *, device: torch.device):
         super().__init__(weight.shape[0], weight.shape[1], device)

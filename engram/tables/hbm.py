@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import torch
 
-from engram.tables.base import EngramTable, as_table_bytes
+from engram.tables.base import EngramTable, as_table_bytes, required_rows
 from engram.tables.gather import gather_dequant_torch
+from engram.tables.options import TableOptions
 
 
 class HbmTable(EngramTable):
     placement = "hbm"
+
+    @classmethod
+    def open(
+        cls, weight: torch.Tensor | None, scale: torch.Tensor | None, options: TableOptions
+    ) -> HbmTable:
+        return cls(*required_rows(cls.placement, weight, scale), device=options.torch_device)
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, *, device: torch.device):
         super().__init__(weight.shape[0], weight.shape[1], device)

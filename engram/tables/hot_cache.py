@@ -6,15 +6,15 @@ holds and asks the wrapped table only for the rest, then caches those. Rows are 
 as the bf16 values the wrapped table returned, so results stay bit-identical. On a CPU
 device the cache is simply CPU memory; lookups captured in a CUDA graph bypass it. The
 wrapper reports its placement as the wrapped table's, the bytes it served under
-``hbm``, and its hit ratio in ``stats()``.
+``hbm``, and its hit ratio in ``stats()``; it passes ``prefetch`` on to the wrapped
+table.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from engram.ssd.prefetch import PrefetchHandle
 from engram.ssd.set_assoc import SetAssociativeIndex
 from engram.tables.base import EngramTable
 
@@ -57,9 +57,9 @@ class HotRowCache(EngramTable):
         n_hit = unique.numel() - missing.numel()
         tier_bytes = {"hbm": n_hit * self.row_bytes}
         if missing.numel():
-            before = self.inner.counters.snapshot()["bytes_read"]
+            before = self.inner.counters.stats()["bytes_read"]
             fetched = self.inner.lookup(missing)
-            after = self.inner.counters.snapshot()["bytes_read"]
+            after = self.inner.counters.stats()["bytes_read"]
             for tier, n in after.items():
                 tier_bytes[tier] = tier_bytes.get(tier, 0) + n - before.get(tier, 0)
             out[~hit] = fetched
@@ -70,10 +70,12 @@ class HotRowCache(EngramTable):
         self.misses += missing.numel()
         return out[inverse], unique.numel(), tier_bytes
 
-    def stats(self) -> dict[str, Any]:
-        inner = self.inner.stats() if hasattr(self.inner, "stats") else {}
+    def prefetch(self, row_ids: torch.Tensor) -> PrefetchHandle | None:
+        return self.inner.prefetch(row_ids)
+
+    def stats(self) -> dict[str, float]:
         return {
-            **inner,
+            **self.inner.stats(),
             "hot_cache_bytes": self.values.numel() * self.values.element_size(),
             "hot_cache_hits": self.hits,
             "hot_cache_misses": self.misses,
@@ -88,13 +90,6 @@ class HotRowCache(EngramTable):
     def close(self) -> None:
         self.inner.close()
         self.values = self.values.new_empty((0, self.head_dim))
-
-    def __getattr__(self, name: str) -> Any:
-        # NOTE: only reached for attributes the wrapper lacks (prefetch, drop_page_cache,
-        # ...): they belong to the wrapped table.
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
 
 def with_hot_cache(table: EngramTable, capacity_bytes: int) -> EngramTable:

@@ -2,7 +2,7 @@
 
 A lookup dedups its row ids, takes what it can from prefetched rows and the RAM row
 cache, reads the rest from the data file with the chosen read strategy (only the pages
-holding them), gathers everything into a staging buffer (pinned on a GPU), copies it to
+holding them), gathers everything into a bounce buffer (pinned on a GPU), copies it to
 the device asynchronously and dequantises there. Every block is checked against its
 hash the first time it is read from the disk (:mod:`engram.ssd.block_hashes`), so rows
 reach the RAM cache, the read-ahead handles and the caller only from checked blocks. An
@@ -17,74 +17,98 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from engram.errors import EngramTableError
-from engram.files import GIB
 from engram.fp8 import dequantize_rows, unpack_rows
+from engram.ssd.bounce_buffers import BounceBuffers
 from engram.ssd.ensure import ensure_table, resolve_table_dir
 from engram.ssd.faults import EngramChecksumError, EngramIOError
 from engram.ssd.integrity import FileGuard, mark_damaged, verify_table
-from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 from engram.ssd.manifest import TableManifest
-from engram.ssd.read_ahead import Prefetcher, PrefetchHandle, exact_match, take_rows
-from engram.ssd.readers import DEFAULT_READER, open_reader
+from engram.ssd.prefetch import Prefetcher, PrefetchHandle, exact_match, take_rows
+from engram.ssd.readers import open_reader
 from engram.ssd.row_cache import RowCache
 from engram.ssd.sources import TensorRows
-from engram.ssd.staging import StagingBuffers
 from engram.tables.base import EngramTable
-
-DEFAULT_PREFETCH_BYTES = GIB
+from engram.tables.options import TableOptions
 
 
 class SsdTable(EngramTable):
     placement = "ssd"
+    options = frozenset(
+        {
+            "path",
+            "layer",
+            "source",
+            "read",
+            "ram_cache_bytes",
+            "prefetch_bytes",
+            "verify",
+            "chunk_bytes",
+        }
+    )
+    hot_cache = True
+
+    @classmethod
+    def open(
+        cls, weight: torch.Tensor | None, scale: torch.Tensor | None, options: TableOptions
+    ) -> SsdTable:
+        """Write the table under ``options.path`` from the given rows (``weight`` and
+        ``scale``, or ``options.source``) unless it holds them already; with no rows,
+        open it as it is."""
+        path = options.table_path
+        if path is None:
+            raise EngramTableError("the 'ssd' placement needs path=<directory of the table files>")
+        if weight is not None and options.source is not None:
+            raise EngramTableError("give the ssd table's rows as weight and scale or as source")
+        source = options.source if weight is None else TensorRows(weight, scale)
+        directory = resolve_table_dir(path, options.layer)
+        manifest = ensure_table(directory, source, chunk_bytes=options.chunk_bytes)
+        return cls(directory, manifest, options)
 
     def __init__(
         self,
         directory: Path,
+        manifest: TableManifest,
+        options: TableOptions,
         *,
-        device: torch.device,
-        head_dim: int | None = None,
-        num_rows: int | None = None,
-        read: str = DEFAULT_READER,
-        ram_cache_bytes: int = 0,
-        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
-        verify: str = "quick",
         check_blocks: bool = True,
     ):
-        """``check_blocks=False`` serves rows without checking their blocks: only for
+        """The table ``manifest`` describes, in ``directory``. ``check_blocks=False``
+        serves rows without checking their blocks: only for
         ``benchmark/bench_lookup.py --compare-checks``, which measures what the checks
-        cost (the ``ssd`` placement's factory has no such option)."""
-        manifest = TableManifest.load(directory)
+        cost (:meth:`open` has no such option)."""
         for what, want, have in (
-            ("rows are", head_dim, manifest.head_dim),
-            ("row count is", num_rows, manifest.num_rows),
+            ("rows are", options.head_dim, manifest.head_dim),
+            ("row count is", options.num_rows, manifest.num_rows),
         ):
             if want is not None and want != have:
                 raise EngramTableError(
                     f"SSD table {directory}: its {what} {have:,} but the spec expects {want:,}"
                 )
-        self._checks = verify_table(directory, manifest, verify)
-        super().__init__(manifest.num_rows, manifest.head_dim, device)
+        self._checks = verify_table(directory, manifest, options.verify)
+        super().__init__(manifest.num_rows, manifest.head_dim, options.torch_device)
         self.directory = directory
         self.manifest = manifest
         layout = manifest.layout
         self._reader = open_reader(
-            read, directory / manifest.data_file, layout, self._checks if check_blocks else None
+            options.read,
+            directory / manifest.data_file,
+            layout,
+            self._checks if check_blocks else None,
         )
         self._marked_damaged = False
         self._guard = FileGuard(self._reader.path, self._reader.fd, layout.file_bytes)
         # NOTE: never larger than the table: a cache sized by the flag alone would hold
         # (and report) gigabytes for a megabyte table.
-        cache_bytes = min(ram_cache_bytes, manifest.num_rows * self.row_bytes)
+        cache_bytes = min(options.ram_cache_bytes, manifest.num_rows * self.row_bytes)
         self._cache = RowCache(cache_bytes, self.row_bytes) if cache_bytes > 0 else None
-        self._staging = StagingBuffers(self.row_bytes, self.device)
+        self._bounce = BounceBuffers(self.row_bytes, self.device)
         self._prefetcher = Prefetcher(self._fill_prefetch)
-        self._prefetch_budget = prefetch_bytes
+        self._prefetch_budget = options.prefetch_bytes
         self._handles: list[PrefetchHandle] = []
         self._lock = threading.RLock()  # lookups of one table run one at a time
         self._handles_lock = threading.Lock()
@@ -100,7 +124,7 @@ class SsdTable(EngramTable):
     # ---- lookups ----------------------------------------------------------------------
 
     def fetch(self, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int | None]:
-        """The host half of a lookup: (distinct ids, inverse, their packed rows, staging
+        """The host half of a lookup: (distinct ids, inverse, their packed rows, bounce
         index or ``None`` for a prefetch handle's rows). Valid until the next fetch;
         the benchmark times this (the device copy and dequantisation follow in lookup)."""
         with self._lock:
@@ -125,7 +149,7 @@ class SsdTable(EngramTable):
             self.handle_wait_seconds += time.perf_counter() - started
             return (*exact, None)
         unique, inverse = np.unique(flat, return_inverse=True)
-        index, rows = self._staging.acquire(unique.size)
+        index, rows = self._bounce.acquire(unique.size)
         started = time.perf_counter()
         need = self._take_prefetched(unique, rows)
         self.handle_wait_seconds += time.perf_counter() - started
@@ -141,9 +165,9 @@ class SsdTable(EngramTable):
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
         with self._lock:
             unique, inverse, rows, index = self.fetch(ids)
-            packed = self._staging.to_device(index, rows)
+            packed = self._bounce.to_device(index, rows)
             weight, scale = unpack_rows(packed, self.head_dim)
-            # NOTE: on a CPU device `packed` is the staging buffer itself; dequantising
+            # NOTE: on a CPU device `packed` is the bounce buffer itself; dequantising
             # makes a new tensor, so the buffer is free for the next lookup.
             values = dequantize_rows(weight, scale)
             from_ram = self._cache_hits
@@ -198,7 +222,7 @@ class SsdTable(EngramTable):
     # ---- prefetch ---------------------------------------------------------------------
 
     def prefetch(self, row_ids: torch.Tensor) -> PrefetchHandle:
-        """Start reading ``row_ids``' rows in the background; see :mod:`engram.ssd.read_ahead`."""
+        """Start reading ``row_ids``' rows in the background; see :mod:`engram.ssd.prefetch`."""
         flat = row_ids.reshape(-1).to("cpu", torch.int64)
         self._check_ids(flat)
         handle = PrefetchHandle(
@@ -316,7 +340,7 @@ class SsdTable(EngramTable):
         verify_table(self.directory, self.manifest, mode)
 
     def memory(self) -> dict[str, int]:
-        held = self._staging.nbytes + self._held_bytes()
+        held = self._bounce.nbytes + self._held_bytes()
         if self._cache is not None:
             held += self._cache.nbytes
         return {"ssd": self.manifest.data_bytes, "dram": held}
@@ -327,31 +351,5 @@ class SsdTable(EngramTable):
             handles, self._handles = self._handles, []
         for handle in handles:
             handle.release()
-        self._staging.release()
+        self._bounce.release()
         self._reader.close()
-
-
-def create_ssd_table(
-    weight: torch.Tensor | None,
-    scale: torch.Tensor | None,
-    *,
-    device: torch.device,
-    path: str | Path | None = None,
-    head_dim: int | None = None,
-    num_rows: int | None = None,
-    layer: int | None = None,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    **options: Any,
-) -> EngramTable:
-    """The ``ssd`` factory: write the table under ``path`` from the weights if it is
-    absent, reuse it if it holds the same rows, or open it when no weights are given."""
-    if path is None:
-        raise EngramTableError("the 'ssd' placement needs path=<directory of the table files>")
-    unknown = set(options) - {"read", "ram_cache_bytes", "prefetch_bytes", "verify"}
-    if unknown:
-        raise EngramTableError(f"unknown option(s) for the 'ssd' placement: {sorted(unknown)}")
-    directory = resolve_table_dir(Path(path), layer)
-    source = TensorRows(weight, scale) if weight is not None and scale is not None else None
-    ensure_table(directory, source, chunk_bytes=chunk_bytes)
-    table = SsdTable(directory, device=device, head_dim=head_dim, num_rows=num_rows, **options)
-    return table

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engram.hashing import NgramHasher
-    from engram.ssd.read_ahead import PrefetchHandle
+    from engram.ssd.prefetch import PrefetchHandle
     from sglang_engram.args.model_facts import ModelFacts
     from sglang_engram.args.server_config import EngramServerConfig
     from sglang_engram.integration.kernel_standin import KernelStatus

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,8 @@ import torch
 
 from engram import EngramInputError, EngramTableError
 from engram.fp8 import dequantize_rows, quantize_rows
-from engram.tables import PLACEMENTS, create_table
+from engram.ssd.readers import DEFAULT_READER
+from engram.tables import PLACEMENTS, TableOptions, create_table
 
 ROWS_PLACEMENTS = [name for name in PLACEMENTS if name != "off"]
 
@@ -19,7 +21,8 @@ def random_table(rows: int = 997, dim: int = 64) -> tuple[torch.Tensor, torch.Te
 
 
 def make(placement: str, weight, scale, tmp_path: Path):
-    return create_table(placement, weight, scale, device="cpu", path=tmp_path / placement)
+    where = {"path": tmp_path / placement} if placement == "ssd" else {}
+    return create_table(placement, weight, scale, device="cpu", **where)
 
 
 def test_placements_registry_feeds_choices() -> None:
@@ -36,7 +39,7 @@ def test_placement_rows_are_bit_identical_to_reference(placement: str, tmp_path:
         assert got.dtype == torch.bfloat16 and got.shape == (7, 48, 64)
         expected = dequantize_rows(weight[ids], scale[ids])
         assert torch.equal(got.view(torch.int16), expected.view(torch.int16))
-        snap = table.counters.snapshot()
+        snap = table.counters.stats()
         assert snap["lookups"] == 1 and snap["rows_requested"] == ids.numel()
         assert snap["unique_rows"] == torch.unique(ids).numel()
         assert sum(table.memory().values()) >= weight.numel() + scale.numel()
@@ -130,3 +133,45 @@ def test_dram_adopts_packed_rows_and_copies_anything_else() -> None:
     want = dequantize_rows(weight[ids], scale[ids])
     for table in (adopted, copied):
         assert torch.equal(table.lookup(ids).view(torch.int16), want.view(torch.int16))
+
+
+def test_off_is_built_by_the_class_registered_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engram.tables.off import OffTable
+
+    class RegisteredOff(OffTable):
+        """Another class registered as ``off``: create_table must build this one."""
+
+    monkeypatch.setitem(PLACEMENTS, "off", RegisteredOff)
+    rows, dim = random.randint(1, 999), 32 * random.randint(1, 8)
+    table = create_table("off", None, None, num_rows=rows, head_dim=dim)
+    assert type(table) is RegisteredOff and (table.num_rows, table.head_dim) == (rows, dim)
+    # every table answers the whole interface: nothing to read ahead, no extra counts
+    assert table.prefetch(torch.randint(0, rows, (5,))) is None and table.stats() == {}
+
+
+def test_options_a_placement_does_not_take_are_one_error(tmp_path: Path) -> None:
+    weight, scale = random_table(rows=8)
+    with pytest.raises(
+        EngramTableError,
+        match=r"unknown option\(s\) for the 'hbm' placement: \['colour', 'path', 'read'\]",
+    ):
+        create_table("hbm", weight, scale, path=tmp_path, read="pread", colour=1)
+    with pytest.raises(EngramTableError, match=r"for the 'off' placement: \['ram_cache_bytes'\]"):
+        TableOptions("off", ram_cache_bytes=random.randint(1, 1 << 30))
+    # a field left at its default is no option given; the hot cache only fronts dram and ssd
+    assert TableOptions("dram", read=DEFAULT_READER).hot_cache_capacity == 0
+    hot = random.randint(1, 1 << 30)
+    capacity = {
+        name: TableOptions(name, hot_cache_bytes=hot).hot_cache_capacity for name in PLACEMENTS
+    }
+    assert capacity == {"hbm": 0, "dram": hot, "ssd": hot, "off": 0}
+
+
+def test_rows_not_of_the_spec_are_named() -> None:
+    rows = random.randint(2, 50)
+    weight, scale = random_table(rows=rows)
+    for placement in ("hbm", "dram"):
+        with pytest.raises(
+            EngramTableError, match=f"the table has {rows} rows but the spec expects {rows + 1}"
+        ):
+            create_table(placement, weight, scale, num_rows=rows + 1)

@@ -27,9 +27,9 @@ def test_placements_use_the_kernels(placement: str) -> None:
         assert rows.device.type == "cuda"
         assert same_bits(rows, cpu.lookup(ids)) and same_bits(rows, reference(weight, scale, ids))
     torch.cuda.synchronize()
-    read = gpu.counters.snapshot()["unique_rows"] + drained(gpu._unique)
+    read = gpu.counters.stats()["unique_rows"] + drained(gpu._unique)
     assert read == 2 * decode.numel() + torch.unique(prefill).numel()
-    assert gpu.counters.snapshot()["rows_requested"] == 2 * decode.numel() + prefill.numel()
+    assert gpu.counters.stats()["rows_requested"] == 2 * decode.numel() + prefill.numel()
     gpu.close()
 
 
@@ -51,7 +51,7 @@ def test_hbm_lookups_replay_in_a_cuda_graph(tokens: int) -> None:
         graph.replay()
         torch.cuda.synchronize()
         assert same_bits(out, reference(weight, scale, new))
-    assert table.counters.snapshot()["unique_rows"] + drained(table._unique) == 0
+    assert table.counters.stats()["unique_rows"] + drained(table._unique) == 0
     table.close()
 
 

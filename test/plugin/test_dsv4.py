@@ -157,11 +157,12 @@ def test_dram_holds_the_loaded_rows_once(monkeypatch, cpu_context, layout):
     ours.weight.weight_loader(ours.weight, weight.view(torch.float8_e4m3fn))
     ours.scale.weight_loader(ours.scale, scale.view(torch.float8_e8m0fnu))
     ours.finish_load("layer 1")
+    dram = ours.table.inner  # the dram table behind the hot cache
     try:
         assert ours.weight.numel() == 0 and ours.scale.numel() == 0
-        assert (ours.table.weight.data_ptr(), ours.table.scale.data_ptr()) == targets
+        assert (dram.weight.data_ptr(), dram.scale.data_ptr()) == targets
         assert ours.table.memory()["dram"] == weight.numel() + scale.numel()
-        assert torch.equal(ours.table.weight, weight) and torch.equal(ours.table.scale, scale)
+        assert torch.equal(dram.weight, weight) and torch.equal(dram.scale, scale)
     finally:
         get_runtime().reset()
 
@@ -225,7 +226,7 @@ def test_engram_layers_match_upstream_count_lookups_and_off_is_identity(
     assert not torch.equal(want, x)
     for module in (ours, served):
         assert torch.equal(module(x, ids, input_ids=no_image), want)
-    counted = {e.table.placement: e.table.counters.snapshot() for e in table_registry.served()}
+    counted = {e.table.placement: e.table.counters.stats() for e in table_registry.served()}
     row_bytes = layout.head_dim + layout.head_dim // 32
     for placement in ("dram", "hbm"):
         assert counted[placement]["lookups"] == 1, placement
@@ -333,7 +334,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
             seen.record(ids.numel(), seen.start())
             row_bytes = layout.head_dim + layout.head_dim // 32
             assert seen.memory() == {"hbm": (end - start) * row_bytes}
-        reads[rank] = seen.counters.snapshot()["unique_rows"]
+        reads[rank] = seen.counters.stats()["unique_rows"]
         total["served"] = total["served"] + mine.float()
         total["upstream"] = total["upstream"] + theirs.float()
     get_runtime().reset()
@@ -392,12 +393,12 @@ def test_upstream_lookups_captured_in_a_cuda_graph_are_not_counted(layout, monke
     ids = _hash_ids(layout, 0, tokens)
     rows = served.embed_rows(ids, None, False)  # eager: counted
     table = getattr(served.embed, ATTR)
-    assert table.counters.snapshot()["rows_requested"] == ids.numel()
+    assert table.counters.stats()["rows_requested"] == ids.numel()
     monkeypatch.setattr(table, "_clock", LookupClock(torch.device("cuda")))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     captured = served.embed_rows(ids, None, False)
     assert torch.equal(captured.view(torch.int16), rows.view(torch.int16))
-    counted = table.counters.snapshot()
+    counted = table.counters.stats()
     assert counted["lookups"] == 1 and counted["rows_requested"] == ids.numel()
     get_runtime().reset()
 

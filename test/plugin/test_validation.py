@@ -15,7 +15,7 @@ from sglang_engram.args.startup_checks import (
 )
 
 from engram.spec import EngramSpec
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from test.plugin.tiny import engram_fields, tiny_config, write_model_dir
 
 
@@ -66,7 +66,7 @@ def test_ssd_directory_too_small_says_how_much_is_needed(tmp_path):
     with pytest.raises(EngramStartupError) as exc:
         check_startup(config, model_path=str(model))
     # The tables' size on disk: rows in page-aligned blocks, 3.4 % over the rows' bytes.
-    on_disk = TableLayout(spec.num_embeddings[0], head_dim).file_bytes
+    on_disk = DiskLayout(spec.num_embeddings[0], head_dim).file_bytes
     assert on_disk > spec.total_table_bytes * 1.03
     needed = f"need {on_disk / (1 << 30):.2f} GiB more ({on_disk:,} bytes on disk)"
     assert needed in str(exc.value) and "GiB free" in str(exc.value)
@@ -171,13 +171,9 @@ def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
     """The startup check counts, in on-disk bytes, exactly the tables the table open
     then converts: each TP rank's shard, none that is reused after a restart, every one
     converted from another checkpoint (which the open converts again)."""
-    from sglang_engram.tables.ssd_dirs import (
-        checkpoint_source,
-        ensure_converted,
-        layer_tables,
-        space_needed,
-    )
+    from sglang_engram.tables.ssd_dirs import checkpoint_source, layer_tables, space_needed
 
+    from engram.ssd.ensure import ensure_table
     from engram.ssd.manifest import TableManifest
     from test.ssd.helpers import write_checkpoint
 
@@ -190,19 +186,19 @@ def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
 
     def on_disk(index, tp_size):
         return sum(
-            TableLayout(rows[1] - rows[0] if rows else spec.num_embeddings[index], 64).file_bytes
+            DiskLayout(rows[1] - rows[0] if rows else spec.num_embeddings[index], 64).file_bytes
             for _, rows in layer_tables(ssd, spec, index, tp_size)
         )
 
     def open_all(checkpoint, tp_size):
         for index, layer in enumerate(spec.layer_ids):
             for path, rows in layer_tables(ssd, spec, index, tp_size):
-                ensure_converted(path, checkpoint_source(checkpoint, layer, rows))
+                ensure_table(path, checkpoint_source(checkpoint, layer, rows))
 
     assert space_needed(ssd, spec, str(model), 2) == (on_disk(0, 2) + on_disk(1, 2), 0)
     shards = layer_tables(ssd, spec, 0, 2)  # layer 1, as its two ranks convert it
     for path, rows in shards:
-        ensure_converted(path, checkpoint_source(model, 1, rows))
+        ensure_table(path, checkpoint_source(model, 1, rows))
     assert space_needed(ssd, spec, str(model), 2) == (on_disk(1, 2), 0)
     assert space_needed(ssd, spec, str(model), 1) == (on_disk(0, 1) + on_disk(1, 1), 0)
     open_all(model, 2)

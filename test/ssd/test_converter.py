@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from engram.errors import EngramTableError
 from engram.model.builder import BuildOptions, build_tiny_model
 from engram.ssd.converter import convert_checkpoint
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.tables import create_table
 from test.ssd.helpers import REPO, random_table, run_convert, tiny_spec_config, write_checkpoint
 
@@ -163,7 +163,11 @@ def _in_small_tmpfs(tmp_path: Path, command: list[str], then: str) -> subprocess
     script = f"mount -t tmpfs -o size=2m tmpfs {small} || exit 77; {shlex.join(command)}; "
     script += f"echo rc=$?; {then}"
     run = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+        ["unshare", "-rm", "sh", "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if run.returncode == 77 or "rc=" not in run.stdout:
         pytest.skip(f"cannot mount a private tmpfs here: {run.stderr.strip()}")
@@ -173,7 +177,7 @@ def _in_small_tmpfs(tmp_path: Path, command: list[str], then: str) -> subprocess
 def test_out_of_space_is_refused_before_writing(tmp_path: Path) -> None:
     config = tiny_spec_config(vocab=6000)  # ~3 MiB of rows per layer
     write_checkpoint(tmp_path / "ckpt", config)
-    needed = sum(TableLayout(rows, 64).file_bytes for rows in config["engram_num_embeddings"])
+    needed = sum(DiskLayout(rows, 64).file_bytes for rows in config["engram_num_embeddings"])
     out = tmp_path / "small" / "ssd"
     command = [*convert_command(tmp_path / "ckpt", out)[:-2], "--quiet"]  # space checked
     run = _in_small_tmpfs(tmp_path, command, f"ls -A {out}")

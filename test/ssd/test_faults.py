@@ -16,7 +16,7 @@ import torch
 
 from engram.ssd import EngramIOError
 from engram.ssd.faults import PageReadError
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.ssd.readers import READERS, register_reader
 from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
@@ -86,10 +86,10 @@ def test_mmap_reader_reports_a_shrunken_file_as_an_error(tmp_path: Path) -> None
     run = _run_child(f"""
 import os, pathlib, numpy as np, torch
 from engram.ssd.faults import PageReadError
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
-layout = TableLayout({ROWS}, {DIM})
+layout = DiskLayout({ROWS}, {DIM})
 reader = MappedReader(pathlib.Path({str(path)!r}), layout)
 reader.refresh_residency()  # the whole file is in the page cache and known to be
 os.truncate({str(path)!r}, layout.file_bytes // 2)
@@ -98,7 +98,7 @@ try:
 except PageReadError as err:
     print("ERROR", err)
 """)
-    assert f"the file shrank to {TableLayout(ROWS, DIM).file_bytes // 2:,} bytes" in run.stdout
+    assert f"the file shrank to {DiskLayout(ROWS, DIM).file_bytes // 2:,} bytes" in run.stdout
     assert str(path) in run.stdout
 
 
@@ -127,7 +127,7 @@ except AdviceError as err:
 def test_pread_and_direct_readers_report_a_short_read(tmp_path: Path, reader_class) -> None:
     weight, scale = random_table(ROWS, DIM)
     create_table("ssd", weight, scale, path=tmp_path / "t").close()
-    layout = TableLayout(ROWS, DIM)
+    layout = DiskLayout(ROWS, DIM)
     path = tmp_path / "t" / "rows.bin"
     reader = reader_class(path, layout)
     os.truncate(path, layout.file_bytes // 2)

@@ -16,7 +16,7 @@ import torch
 from engram.errors import EngramTableError
 from engram.ssd.ensure import decide, ensure_table
 from engram.ssd.faults import EngramChecksumError
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.ssd.manifest import TableManifest
 from engram.ssd.sources import TensorRows
 from engram.tables import create_table
@@ -40,12 +40,12 @@ def damage_chunks(path: Path, chunks: list[int]) -> None:
     os.utime(data, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
 
 
-def middle_chunks(layout: TableLayout, count: int) -> list[int]:
+def middle_chunks(layout: DiskLayout, count: int) -> list[int]:
     """``count`` random chunks that are neither the first nor the last."""
     return sorted(random.sample(range(1, layout.num_chunks - 1), count))
 
 
-def rows_of(layout: TableLayout, chunks: list[int]) -> np.ndarray:
+def rows_of(layout: DiskLayout, chunks: list[int]) -> np.ndarray:
     return np.concatenate(
         [np.arange(*(lambda s: (s[0], s[0] + s[1]))(layout.chunk_span(c))) for c in chunks]
     )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from engram.ssd.layout import PAGE_BYTES, TableLayout
+from engram.ssd.layout import PAGE_BYTES, DiskLayout
 from engram.ssd.readers.base import block_runs
 from test.ssd.helpers import random_table
 
@@ -14,7 +14,7 @@ from test.ssd.helpers import random_table
 @pytest.mark.parametrize("head_dim", [32, 64, 256, 1024, 4096])
 def test_rows_never_straddle_a_page_and_round_trip(head_dim: int) -> None:
     rows = int(torch.randint(50, 400, ()).item())
-    layout = TableLayout(rows, head_dim, chunk_blocks=3)
+    layout = DiskLayout(rows, head_dim, chunk_blocks=3)
     offsets = layout.row_offsets(np.arange(rows))
     if layout.row_bytes <= PAGE_BYTES:
         assert np.all(offsets % PAGE_BYTES + layout.row_bytes <= PAGE_BYTES)
@@ -35,7 +35,7 @@ def test_rows_never_straddle_a_page_and_round_trip(head_dim: int) -> None:
 
 
 def test_dsv41_rows_pack_fifteen_to_a_page() -> None:
-    layout = TableLayout(384_006_168, 256)
+    layout = DiskLayout(384_006_168, 256)
     assert (layout.row_bytes, layout.rows_per_block, layout.block_bytes) == (264, 15, 4096)
     assert layout.file_bytes == -(-384_006_168 // 15) * 4096
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.ssd.sysmem import mincore
 from engram.tables import create_table
 from test.ssd.helpers import random_table
 
 ROWS, DIM = 40_000, 256
-LAYOUT = TableLayout(ROWS, DIM)
+LAYOUT = DiskLayout(ROWS, DIM)
 
 
 def _resident_pages(path: Path) -> np.ndarray:
@@ -80,7 +80,7 @@ def test_a_lookup_waits_for_a_prefetch_still_reading(tmp_path: Path) -> None:
     weight, scale = random_table(ROWS, DIM)
     dram = create_table("dram", weight, scale)
     table = create_table("ssd", weight, scale, path=tmp_path / "t", hot_cache_bytes=1 << 20)
-    table.drop_page_cache()
+    table.inner.drop_page_cache()  # the ssd table behind the hot cache
     ids = torch.randint(0, ROWS, (8, 48))
     handle = table.prefetch(ids)  # through the hot cache wrapper, to the ssd table
     # NOTE: a lookup skips a handle the reader thread has not started yet (it reads

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from engram.errors import EngramTableError
 from engram.ssd.checkpoint import find_tables
 from engram.ssd.ensure import decide, ensure_table
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.ssd.manifest import FORMAT_VERSION
 from engram.tables import create_table
 from test.ssd.helpers import REPO, random_table, run_convert, tiny_spec_config, write_checkpoint
@@ -71,7 +71,7 @@ def test_changed_checkpoint_bytes_are_converted_again(converted) -> None:
     changed = find_tables(ckpt)[1]
     decision = decide(path, changed)
     assert not decision.reuse and decision.why.startswith("it was converted from other rows")
-    assert decision.write_bytes == TableLayout(changed.num_rows, 64).file_bytes
+    assert decision.write_bytes == DiskLayout(changed.num_rows, 64).file_bytes
     assert decision.stale_bytes >= decision.write_bytes
     ensure_table(path, changed)
     assert _serves(path, weight, tables[1][1])
@@ -107,7 +107,7 @@ def test_a_damaged_table_is_converted_again(converted, damage: str) -> None:
 def test_a_half_written_table_is_resumed(converted) -> None:
     ckpt, path, tables = converted
     source = find_tables(ckpt)[1]
-    layout = TableLayout.with_chunk_bytes(source.num_rows, 64, 16 << 10)
+    layout = DiskLayout.with_chunk_bytes(source.num_rows, 64, 16 << 10)
     # A crash after two chunks and a piece of the third, as the writer leaves it.
     work = path.with_name("layer1.partial")
     path.rename(work)

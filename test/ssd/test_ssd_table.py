@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engram.errors import EngramTableError
-from engram.ssd.layout import PAGE_BYTES, TableLayout
+from engram.ssd.layout import PAGE_BYTES, DiskLayout
 from engram.ssd.readers import reader_names
 from engram.tables import create_table
 from test.ssd.helpers import random_table
@@ -64,7 +64,7 @@ def test_write_once_then_reuse_open_or_convert_again(
     create_table("ssd", weight, scale, path=path, head_dim=DIM).close()
     data = path / "rows.bin"
     stamp = (data.stat().st_ino, data.stat().st_mtime_ns)
-    assert data.stat().st_size == TableLayout(ROWS, DIM).file_bytes
+    assert data.stat().st_size == DiskLayout(ROWS, DIM).file_bytes
     assert data.stat().st_size % PAGE_BYTES == 0
     assert sorted(os.listdir(tmp_path)) == ["t"]  # published by rename, no leftovers
     create_table("ssd", weight, scale, path=path, head_dim=DIM).close()  # same rows: reused

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engram.errors import EngramTableError
 from engram.ssd.block_hashes import BlockChecks
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.ssd.readers.base import RowReader
 from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
@@ -32,7 +32,7 @@ def reader_names() -> list[str]:
 
 
 def open_reader(
-    name: str, path: Path, layout: TableLayout, checks: BlockChecks | None = None
+    name: str, path: Path, layout: DiskLayout, checks: BlockChecks | None = None
 ) -> RowReader:
     cls = READERS.get(name)
     if cls is None:

@@ -21,7 +21,7 @@ import torch
 
 from engram.files import MIB
 from engram.ssd.block_hashes import BlockChecks
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.ssd.sysmem import mincore
 
 WINDOW_BYTES = MIB
@@ -31,7 +31,7 @@ DENSE_FRACTION = 0.4  # a window needing this share of its blocks is read whole
 class RowReader(ABC):
     name: ClassVar[str] = ""
 
-    def __init__(self, path: Path, layout: TableLayout, *, checks: BlockChecks | None = None):
+    def __init__(self, path: Path, layout: DiskLayout, *, checks: BlockChecks | None = None):
         self.path = path
         self.layout = layout
         self.checks = checks
@@ -101,7 +101,7 @@ def block_runs(ids: np.ndarray, rows_per_block: int, max_blocks: int = 0) -> np.
     return split_runs(runs, max_blocks) if max_blocks else runs
 
 
-def plan_runs(blocks: np.ndarray, layout: TableLayout) -> np.ndarray:
+def plan_runs(blocks: np.ndarray, layout: DiskLayout) -> np.ndarray:
     """Runs to read for sorted distinct ``blocks``: whole ``WINDOW_BYTES`` windows of
     the file where a window needs ``DENSE_FRACTION`` of its blocks or more (sequential
     bandwidth beats one request per block there), else runs of consecutive blocks."""

@@ -25,7 +25,7 @@ import torch
 from engram.ssd.aio import AioContext
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
-from engram.ssd.layout import PAGE_BYTES, TableLayout
+from engram.ssd.layout import PAGE_BYTES, DiskLayout
 from engram.ssd.readers.base import RowReader, expand_runs, plan_runs, row_window, split_runs
 
 QUEUE_DEPTH = 1024
@@ -36,7 +36,7 @@ BATCH_BLOCKS = 8192  # blocks per submission: 32 MiB of 4 KiB blocks
 class DirectReader(RowReader):
     name = "direct"
 
-    def __init__(self, path: Path, layout: TableLayout, *, checks: BlockChecks | None = None):
+    def __init__(self, path: Path, layout: DiskLayout, *, checks: BlockChecks | None = None):
         super().__init__(path, layout, checks=checks)
         self._direct = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
         self._run_blocks = max(1, MAX_RUN_BYTES // layout.block_bytes)

@@ -28,7 +28,7 @@ import torch
 
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
-from engram.ssd.layout import PAGE_BYTES, TableLayout
+from engram.ssd.layout import PAGE_BYTES, DiskLayout
 from engram.ssd.readers.base import RowReader, expand_runs, plan_runs, row_window, split_runs
 from engram.ssd.readers.residency import ResidencyMap
 from engram.ssd.sysmem import (
@@ -51,7 +51,7 @@ THREAD_CHECK_BLOCKS = 1024  # slices with fewer blocks to check are checked inli
 class MappedReader(RowReader):
     name = "mmap"
 
-    def __init__(self, path: Path, layout: TableLayout, *, checks: BlockChecks | None = None):
+    def __init__(self, path: Path, layout: DiskLayout, *, checks: BlockChecks | None = None):
         super().__init__(path, layout, checks=checks)
         self._mm = mmap.mmap(self.fd, layout.file_bytes, access=mmap.ACCESS_READ)
         self._mm.madvise(mmap.MADV_RANDOM)

@@ -22,7 +22,7 @@ import torch
 
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.ssd.readers.base import RowReader, block_runs, row_window
 
 DEFAULT_THREADS = 16
@@ -36,7 +36,7 @@ class PreadReader(RowReader):
     def __init__(
         self,
         path: Path,
-        layout: TableLayout,
+        layout: DiskLayout,
         *,
         checks: BlockChecks | None = None,
         threads: int = DEFAULT_THREADS,

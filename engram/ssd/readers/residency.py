@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from engram.ssd.layout import TableLayout
+from engram.ssd.layout import DiskLayout
 from engram.ssd.sysmem import mincore
 
 SWEEP_BLOCKS = 1 << 16  # one mincore call covers this many blocks
@@ -34,7 +34,7 @@ DEFAULT_DUTY = 0.05
 class ResidencyMap:
     def __init__(
         self,
-        layout: TableLayout,
+        layout: DiskLayout,
         base: int,
         *,
         duty: float = DEFAULT_DUTY,

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from engram.hashing import NgramHasher
-from engram.ssd.read_ahead import PrefetchHandle
+from engram.ssd.prefetch import PrefetchHandle
 from sglang_engram.runtime import get_runtime
 from sglang_engram.tables import served
 
@@ -41,7 +41,7 @@ def _targets() -> list[Target]:
         (layer_ids.index(entry.layer_id), entry.table, entry.row_start)
         for entry in served.served()
         # NOTE: an HBM hot-row cache in front passes prefetch on to its ssd table.
-        if hasattr(entry.table, "prefetch") and entry.layer_id in layer_ids
+        if entry.layer_id in layer_ids
     ]
 
 
@@ -52,8 +52,9 @@ def _prefetch(targets: list[Target], row_ids: torch.Tensor) -> list[tuple[object
     for hash_index, table, row_start in targets:
         local = row_ids[:, hash_index].reshape(-1) - row_start
         local = local[(local >= 0) & (local < table.num_rows)]
-        if local.numel():
-            started.append((table, table.prefetch(local)))
+        handle = table.prefetch(local) if local.numel() else None
+        if handle is not None:  # None: the placement reads nothing ahead
+            started.append((table, handle))
     return started
 
 

@@ -109,7 +109,7 @@ class EngramMetrics:
                 counters.on_duration = self.latency.observe
             # NOTE: the counters only grow and are never replaced; each update exports
             # the difference between two snapshots, so nothing counted in between is lost.
-            now = counters.snapshot()
+            now = counters.stats()
             last = self._seen.get(id(counters), (counters, _ZERO))[1]
             layer = str(entry.layer_id)
             if self.export_requests or entry.own_requests:
@@ -119,12 +119,12 @@ class EngramMetrics:
                 self.bytes_read.labels(tier=tier).inc(
                     _grown(now["bytes_read"], last["bytes_read"], tier)
                 )
-            if entry.table.placement == "ssd":
-                now["ssd"] = stats = entry.table.stats()
-                for name, (key, _) in SSD_COUNTERS.items():
+            now["ssd"] = stats = entry.table.stats()
+            for name, (key, _) in SSD_COUNTERS.items():
+                if key in stats:  # an ssd table's (the others export no ssd series)
                     self.ssd[name].labels(layer=layer).inc(_grown(stats, last["ssd"], key))
-                cache_hits += stats.get("ram_cache_hits", 0)
-                cache_reads += stats.get("ram_cache_hits", 0) + stats.get("ram_cache_misses", 0)
+            cache_hits += stats.get("ram_cache_hits", 0)
+            cache_reads += stats.get("ram_cache_hits", 0) + stats.get("ram_cache_misses", 0)
             self._seen[id(counters)] = (counters, now)
             if entry.table.placement in ("dram", "ssd"):
                 hot += now["bytes_read"].get(HOT_TIER, 0)

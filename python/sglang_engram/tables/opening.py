@@ -1,40 +1,78 @@
-"""Build one Engram layer's table in the configured placement (core library tables).
+"""Open one Engram layer's table in the configured placement: the one way both models do.
 
-``hbm`` and ``dram`` tables are built from the rows the model loader read;
-``ssd`` tables are converted straight from the checkpoint files (first start) or
-reopened (later starts), so their rows never pass through host memory whole.
+``hbm`` and ``dram`` tables are built from the rows the model loader read; ``ssd``
+tables are converted straight from the checkpoint files (first start) or reopened
+(later starts), so their rows never pass through host memory whole. The cache flags
+size budgets per process (per GPU), shared by every Engram table it serves.
 """
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from engram.ssd.directory import table_dir
-from engram.tables import EngramTable, create_table
-from engram.tables.ssd import DEFAULT_PREFETCH_BYTES as PREFETCH_BYTES
+from engram.ssd.prefetch import DEFAULT_PREFETCH_BYTES
+from engram.ssd.readers import DEFAULT_READER
+from engram.tables import EngramTable, TableOptions, open_table
 from sglang_engram.args.model_facts import model_facts
 from sglang_engram.args.server_config import EngramServerConfig
-from sglang_engram.tables import served as table_registry
-from sglang_engram.tables import ssd_dirs as ssd_tables
-
-logger = logging.getLogger(__name__)
+from sglang_engram.tables import served
+from sglang_engram.tables.ssd_dirs import checkpoint_source
 
 
-def table_options(config: EngramServerConfig, tables: int) -> dict[str, object]:
-    """Table options of the placement for one of the ``tables`` Engram tables this
-    process serves: its share of the HBM hot cache (dram/ssd) and, for ssd, of the RAM
-    cache and the prefetch budget. The flags size them per process (per GPU)."""
-    options: dict[str, object] = {}
-    if config.offload in ("dram", "ssd"):
-        options["hot_cache_bytes"] = config.hot_cache_bytes // tables
-    if config.offload == "ssd":
-        options["ram_cache_bytes"] = config.ram_cache_bytes // tables
-        options["prefetch_bytes"] = PREFETCH_BYTES // tables
-        if config.ssd_read:
-            options["read"] = config.ssd_read
-    return options
+def open_layer_table(
+    config: EngramServerConfig,
+    layer_id: int,
+    *,
+    rows: tuple[int, int],
+    head_dim: int,
+    device: torch.device,
+    weight: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    shard: str = "",
+) -> EngramTable:
+    """Rows ``rows`` of layer ``layer_id``'s table (all of them, or a TP shard's, whose
+    directory suffix is ``shard``) in ``config.offload``, registered as served: from
+    the loaded ``weight`` and ``scale`` (hbm, dram) or from the checkpoint (ssd)."""
+    model_path = serving_model_path()
+    options = layer_table_options(
+        config, layer_id, rows=rows, head_dim=head_dim, device=device, shard=shard,
+        model_path=model_path,
+    )  # fmt: skip
+    table = open_table(options, weight, scale)
+    served.add(layer_id, table, row_start=rows[0])
+    return table
+
+
+def layer_table_options(
+    config: EngramServerConfig,
+    layer_id: int,
+    *,
+    rows: tuple[int, int],
+    head_dim: int,
+    device: torch.device,
+    shard: str,
+    model_path: str,
+) -> TableOptions:
+    """The :class:`TableOptions` of :func:`open_layer_table`: this table's share of the
+    HBM hot cache and, for ssd, of the RAM cache and the read-ahead budget."""
+    tables = engram_table_count(model_path)
+    num_rows, hot_cache_bytes = rows[1] - rows[0], config.hot_cache_bytes // tables
+    if config.offload != "ssd":
+        return TableOptions(
+            config.offload, device=device, head_dim=head_dim, num_rows=num_rows,
+            hot_cache_bytes=hot_cache_bytes,
+        )  # fmt: skip
+    assert config.ssd_dir is not None, "validated at startup: ssd needs --engram-ssd-dir"
+    return TableOptions(
+        "ssd", device=device, head_dim=head_dim, num_rows=num_rows,
+        hot_cache_bytes=hot_cache_bytes,
+        path=table_dir(config.ssd_dir, layer_id, shard),
+        source=checkpoint_source(model_path, layer_id, rows),
+        read=config.ssd_read or DEFAULT_READER,
+        ram_cache_bytes=config.ram_cache_bytes // tables,
+        prefetch_bytes=DEFAULT_PREFETCH_BYTES // tables,
+    )  # fmt: skip
 
 
 def engram_table_count(model_path: str) -> int:
@@ -48,61 +86,3 @@ def serving_model_path() -> str:
     from sglang.srt.runtime_context import get_model
 
     return str(get_model().model_path)
-
-
-def ssd_table(
-    config: EngramServerConfig,
-    layer_id: int,
-    *,
-    model_path: str,
-    rows: tuple[int, int],
-    head_dim: int,
-    device: torch.device,
-    tables: int,
-    shard: str = "",
-) -> EngramTable:
-    """Layer ``layer_id``'s rows ``rows`` as an ssd table, converting on first start
-    (``tables``: how many Engram tables this process serves; they share the caches)."""
-    assert config.ssd_dir is not None, "validated at startup: ssd needs --engram-ssd-dir"
-    source = ssd_tables.checkpoint_source(model_path, layer_id, rows)
-    path = ssd_tables.ensure_converted(table_dir(config.ssd_dir, layer_id, shard), source)
-    table = create_table(
-        "ssd",
-        None,
-        None,
-        device=device,
-        path=path,
-        head_dim=head_dim,
-        num_rows=rows[1] - rows[0],
-        **table_options(config, tables),
-    )
-    table_registry.add(layer_id, table, row_start=rows[0])
-    return table
-
-
-def build_table(
-    config: EngramServerConfig,
-    layer_id: int,
-    weight: torch.Tensor,
-    scale: torch.Tensor,
-    *,
-    head_dim: int,
-    device: torch.device,
-    tables: int,
-    row_start: int = 0,
-) -> EngramTable:
-    """Layer ``layer_id``'s hbm or dram table from its loaded FP8 rows, the layer's
-    rows from ``row_start`` on (``tables``: how many Engram tables this process serves;
-    they share the hot cache)."""
-    assert config.offload in ("hbm", "dram"), config.offload
-    table = create_table(
-        config.offload,
-        weight,
-        scale,
-        device=device,
-        head_dim=head_dim,
-        num_rows=weight.shape[0],
-        **table_options(config, tables),
-    )
-    table_registry.add(layer_id, table, row_start=row_start)
-    return table

@@ -7,8 +7,11 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+import torch
+
 from engram.files import GIB
 from engram.hashing import NgramHasher
+from engram.ssd.prefetch import PrefetchHandle
 from engram.tables import TableCounters
 from sglang_engram.runtime import get_runtime
 
@@ -18,14 +21,19 @@ TIERS = ("hbm", "dram", "ssd")
 
 
 class Served(Protocol):
-    """What the metrics read of a served table: an ``engram.tables.EngramTable``, or
-    upstream's ``EngramEmbedding`` seen through ``upstream_embedding.UpstreamTable``."""
+    """What the metrics and the SSD read-ahead use of a served table: an
+    ``engram.tables.EngramTable``, or upstream's ``EngramEmbedding`` seen through
+    ``upstream_embedding.UpstreamTable``."""
 
     placement: str
     num_rows: int
     counters: TableCounters
 
     def memory(self) -> dict[str, int]: ...
+
+    def stats(self) -> dict[str, float]: ...
+
+    def prefetch(self, row_ids: torch.Tensor) -> PrefetchHandle | None: ...
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 On first start each layer's table (or this rank's TP shard of it) is converted by
 streaming its rows from the checkpoint's safetensors files (never whole in memory);
 afterwards it is reused. The directory names are the core library's
-(:mod:`engram.ssd.directory`), the same as ``engram.convert``'s and the CPU tools'. Whether a directory is reused or converted (again) is decided
-by :func:`engram.ssd.ensure.decide`, the same for the startup check
-(:func:`space_needed`) and for the table open (:func:`ensure_converted`).
+(:mod:`engram.ssd.directory`), the same as ``engram.convert``'s and the CPU tools'.
+Whether a directory is reused or converted (again) is decided by
+:func:`engram.ssd.ensure.decide`, the same for the startup check (:func:`space_needed`)
+and for the table open (the ``ssd`` placement's ``SsdTable.open``, given
+:func:`checkpoint_source`).
 """
 
 from __future__ import annotations
@@ -65,14 +67,6 @@ def _find_tables(checkpoint: str, files: tuple[tuple[str, int, int], ...]) -> di
     return find_tables(Path(checkpoint))
 
 
-def ensure_converted(path: Path, source: Any) -> Path:
-    """Reuse the table at ``path`` if it holds ``source``'s rows, else convert it there."""
-    from engram.ssd.ensure import ensure_table
-
-    ensure_table(path, source)
-    return path
-
-
 def layer_tables(
     ssd_dir: Path, spec: EngramSpec, index: int, tp_size: int
 ) -> list[tuple[Path, tuple[int, int] | None]]:
@@ -100,7 +94,7 @@ def space_needed(
     table of this model under ``ssd_dir`` (each TP rank's shard when the tables are
     sharded), in the page-padded on-disk layout, as the table open will decide."""
     from engram.ssd.ensure import decide
-    from engram.ssd.layout import TableLayout
+    from engram.ssd.layout import DiskLayout
 
     readable = bool(model_path) and any(Path(model_path).glob("*.safetensors"))
     write = stale = 0
@@ -110,7 +104,7 @@ def space_needed(
                 # NOTE: no rows to compare a table with, so none counts as reusable
                 # (serving converts from the checkpoint's files and fails without them).
                 count = spec.num_embeddings[index] if rows is None else rows[1] - rows[0]
-                write += TableLayout(count, spec.head_dim).file_bytes
+                write += DiskLayout(count, spec.head_dim).file_bytes
                 continue
             decision = decide(path, checkpoint_source(model_path, layer, rows))
             write += decision.write_bytes

@@ -37,7 +37,8 @@ from engram.tables.dram import packed_host_rows
 from sglang_engram.args.server_config import EngramServerConfig, current_config
 from sglang_engram.integration import lookup_failures
 from sglang_engram.models.deepseek_v41 import upstream_embedding
-from sglang_engram.tables import opening, served, weight_filter
+from sglang_engram.tables import served, weight_filter
+from sglang_engram.tables.opening import open_layer_table
 
 logger = logging.getLogger(__name__)
 
@@ -79,20 +80,9 @@ class PlacedEngramEmbedding(EngramEmbedding):
         self.shard = shard_name(parallel.tp_rank, self.tp_size)
         self.table: EngramTable | None = None
         self.device = device
-        # the Engram tables of this process share the cache flags' budgets
-        self.tables = opening.engram_table_count(opening.serving_model_path())
         if self.placement == "ssd":
             # Streams this rank's rows from the checkpoint files (first start only).
-            self.table = opening.ssd_table(
-                self.config,
-                layer_id,
-                model_path=opening.serving_model_path(),
-                rows=(self.row_start, self.row_start + self.rows),
-                head_dim=dim,
-                device=self.device,
-                tables=self.tables,
-                shard=self.shard,
-            )
+            self.table = self._open()
         if self.placement != "dram":
             weight_filter.skip_tables(layers={layer_id})
         weight, scale = self._load_targets()
@@ -121,16 +111,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
 
     def finish_load(self, label: str) -> None:
         if self.placement == "dram" and self.table is None:
-            self.table = opening.build_table(
-                self.config,
-                self.layer_id,
-                self.weight.data,
-                self.scale.data,
-                head_dim=self.dim,
-                device=self.device,
-                tables=self.tables,
-                row_start=self.row_start,
-            )
+            self.table = self._open(self.weight.data, self.scale.data)
             # NOTE: the table adopted the loaded buffer; only the table refers to it now.
             self.weight.data = self.weight.data.new_empty(0, self.dim)
             self.scale.data = self.scale.data.new_empty(0, self.dim // FP8_BLOCK)
@@ -140,6 +121,20 @@ class PlacedEngramEmbedding(EngramEmbedding):
             self.placement,
             self.config.implementation(tiny=False),
             self.table.memory() if self.table is not None else "nothing held",
+        )
+
+    def _open(
+        self, weight: torch.Tensor | None = None, scale: torch.Tensor | None = None
+    ) -> EngramTable:
+        return open_layer_table(
+            self.config,
+            self.layer_id,
+            rows=(self.row_start, self.row_start + self.rows),
+            head_dim=self.dim,
+            device=self.device,
+            weight=weight,
+            scale=scale,
+            shard=self.shard,
         )
 
     def _owned_rows(self, indices: torch.Tensor) -> torch.Tensor:

@@ -124,6 +124,14 @@ class UpstreamTable:
         held = self.embedding.weight.numel() + self.embedding.scale.numel()
         return {self.tier: held if self._holds_memory else 0}
 
+    def stats(self) -> dict[str, float]:
+        """Upstream's tables keep no counts besides ``counters``."""
+        return {}
+
+    def prefetch(self, row_ids: torch.Tensor) -> None:
+        """Upstream's rows are in device or host memory: nothing to read ahead."""
+        return None
+
     def start(self) -> Mark:
         return self._clock.start()
 

@@ -18,7 +18,7 @@ from engram.spec import EngramSpec
 from engram.tables import EngramTable
 from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.integration import lookup_failures
-from sglang_engram.tables import opening
+from sglang_engram.tables.opening import open_layer_table
 
 # NOTE: the gate's |d| floor before the square root (reference §1.7).
 GATE_FLOOR = 1e-6
@@ -38,7 +38,6 @@ class EngramBlock(nn.Module):
         self.layer_id = layer_id
         self.hash_index = spec.layer_ids.index(layer_id)
         self.num_rows = spec.num_embeddings[self.hash_index]
-        self.tables = spec.n_layers  # they share the cache flags' budgets
         self.head_dim = spec.head_dim
         self.eps = spec.rms_norm_eps
         self.hc_mult = hc_mult
@@ -56,32 +55,28 @@ class EngramBlock(nn.Module):
 
     # ---- loading -------------------------------------------------------------------
 
-    def open_ssd(self, model_path: str) -> None:
+    def open_ssd(self) -> None:
         """ssd: convert the table from the checkpoint files (first start) or reopen it."""
-        self.table = opening.ssd_table(
-            self.config,
-            self.layer_id,
-            model_path=model_path,
-            rows=(0, self.num_rows),
-            head_dim=self.head_dim,
-            device=self.wkv.weight.device,
-            tables=self.tables,
-        )
+        self.table = self._open()
 
     def load_table_tensor(self, kind: str, tensor: torch.Tensor) -> None:
         """hbm/dram: take ``embed.weight`` or ``embed.scale``; build once both arrived."""
         self._staged[kind] = tensor
         if len(self._staged) < 2:
             return
-        weight, scale = self._staged.pop("weight"), self._staged.pop("scale")
-        self.table = opening.build_table(
+        self.table = self._open(self._staged.pop("weight"), self._staged.pop("scale"))
+
+    def _open(
+        self, weight: torch.Tensor | None = None, scale: torch.Tensor | None = None
+    ) -> EngramTable:
+        return open_layer_table(
             self.config,
             self.layer_id,
-            weight,
-            scale,
+            rows=(0, self.num_rows),
             head_dim=self.head_dim,
             device=self.wkv.weight.device,
-            tables=self.tables,
+            weight=weight,
+            scale=scale,
         )
 
     # ---- forward ---------------------------------------------------------------------

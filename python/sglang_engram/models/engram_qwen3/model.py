@@ -31,7 +31,6 @@ from sglang_engram.models.engram_qwen3.engram_block import EngramBlock
 from sglang_engram.models.engram_qwen3.hasher import SlotHasher, load_serving_tokenizer
 from sglang_engram.models.engram_qwen3.weights import TABLE_TENSOR, route_weight
 from sglang_engram.tables import served, weight_filter
-from sglang_engram.tables.opening import serving_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -163,9 +162,8 @@ class EngramQwen3ForCausalLM(nn.Module):
         )
         self.logits_processor = LogitsProcessor(config)
         if self.engram.offload == "ssd":
-            model_path = serving_model_path()
             for block in self.model.blocks:
-                block.open_ssd(model_path)
+                block.open_ssd()
 
     @property
     def start_layer(self) -> int:

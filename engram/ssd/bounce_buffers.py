@@ -1,4 +1,4 @@
-"""Host buffers that rows are gathered into before they go to the device.
+"""Bounce buffers: host buffers that rows are gathered into on their way to the device.
 
 On a GPU they are pinned, so the host-to-device copy is asynchronous; two buffers
 alternate and one is reused only after its last copy finished (a CUDA event), so the
@@ -13,7 +13,7 @@ import torch
 MIN_ROWS = 1024
 
 
-class StagingBuffers:
+class BounceBuffers:
     def __init__(self, row_bytes: int, device: torch.device):
         self.row_bytes = row_bytes
         self.device = device
@@ -45,7 +45,7 @@ class StagingBuffers:
         return index, buffer[:rows]
 
     def to_device(self, index: int | None, rows: torch.Tensor) -> torch.Tensor:
-        """``rows`` of buffer ``index`` (``None``: rows not in a staging buffer) on the
+        """``rows`` of buffer ``index`` (``None``: rows not in a bounce buffer) on the
         device; on a CPU device, the rows themselves."""
         if not self._pinned:
             return rows

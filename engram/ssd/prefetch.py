@@ -23,6 +23,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from engram.files import GIB
+
+# host memory a table's prefetch handles may hold (``TableOptions.prefetch_bytes``)
+DEFAULT_PREFETCH_BYTES = GIB
+
 
 class PrefetchHandle:
     def __init__(self, flat_ids: np.ndarray, *, keep_rows: bool, row_bytes: int):
