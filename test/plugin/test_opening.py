@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from sglang_engram.args.server_config import EngramServerConfig
-from sglang_engram.tables import served as table_registry
+from sglang_engram.tables import served
 
 from engram.fp8 import dequantize_rows
 from engram.ssd.directory import shard_name
@@ -21,9 +21,8 @@ CPU = torch.device("cpu")
 
 @pytest.fixture
 def registry():
-    table_registry.clear()
-    yield table_registry
-    table_registry.clear()
+    """The served-table registry (emptied around each test by ``fresh_runtime``)."""
+    return served
 
 
 def test_off_opens_through_the_registered_class(cpu_context, registry) -> None:
