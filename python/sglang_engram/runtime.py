@@ -70,6 +70,11 @@ class TableState:
 
     entries: list[ServedTable] = field(default_factory=list)
     hasher: NgramHasher | None = None
+    # ``tables.ssd_dirs``: a checkpoint's tables found once while its files stay the same
+    # (keyed by path and the files' names, sizes and mtimes; the check asks per layer)
+    checkpoints: dict[tuple[str, tuple[tuple[str, int, int], ...]], dict[int, Any]] = field(
+        default_factory=dict
+    )
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 

@@ -63,7 +63,7 @@ def _open_tables(model: str, config: dict, model_path: str) -> None:
         spec = EngramSpec.from_hf_config(config)
         for layer in spec.layer_ids:
             block = EngramBlock(spec, layer, config["hidden_size"], 1, current_config())
-            block.open_ssd(model_path)
+            block.open_ssd()  # the model path: the scheduler context's
         return
     from sglang.srt.layers.engram import EngramLayout
     from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding

@@ -12,7 +12,6 @@ and for the table open (the ``ssd`` placement's ``SsdTable.open``, given
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 from engram.errors import EngramTableError
 from engram.spec import EngramSpec
 from engram.ssd.directory import shard_name, table_dir
+from sglang_engram.runtime import get_runtime
 
 
 class ShardRows:
@@ -52,19 +52,19 @@ def checkpoint_source(model_path: str | Path, layer_id: int, rows: tuple[int, in
 def _checkpoint_tables(checkpoint: Path) -> dict[int, Any]:
     """``find_tables`` of ``checkpoint``, read once per process while its files stay
     the same (the startup check asks once per layer and TP shard)."""
+    from engram.ssd.checkpoint import find_tables
+
+    # NOTE: the files' names, sizes and mtimes are in the key: a changed file re-reads.
     files = tuple(
         (p.name, p.stat().st_size, p.stat().st_mtime_ns)
         for p in sorted(checkpoint.glob("*.safetensors"))
     )
-    return _find_tables(str(checkpoint.resolve()), files)
-
-
-@functools.lru_cache(maxsize=8)
-def _find_tables(checkpoint: str, files: tuple[tuple[str, int, int], ...]) -> dict[int, Any]:
-    # NOTE: ``files`` (names, sizes, mtimes) only keys the cache: a changed file re-reads.
-    from engram.ssd.checkpoint import find_tables
-
-    return find_tables(Path(checkpoint))
+    key = (str(checkpoint.resolve()), files)
+    state = get_runtime().tables
+    with state.lock:
+        if key not in state.checkpoints:
+            state.checkpoints[key] = find_tables(checkpoint)
+        return state.checkpoints[key]
 
 
 def layer_tables(
