@@ -35,7 +35,6 @@ from sglang_engram.cluster.supervisor import ProcessCommand
 from sglang_engram.server_process import probe
 
 Say = Callable[[str], None]
-_STOP = threading.Event()
 
 
 class LaunchError(ClusterError):
@@ -72,8 +71,9 @@ def up(
     # NOTE: after ray.init, which installs a SIGTERM handler of its own. The handler only
     # sets a flag that the loops below check: an exception raised at an arbitrary point
     # (inside a Ray call) could leave Ray unable to stop the actors.
+    stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # SIGTERM is what `down` sends
-        signal.signal(sig, lambda signum, frame: _STOP.set())
+        signal.signal(sig, lambda signum, frame: stop.set())
     cluster: _Cluster | None = None
     try:
         driver_ip = ray.util.get_node_ip_address()
@@ -88,7 +88,7 @@ def up(
             plan=plan.to_dict(),
         )
         state.save()
-        cluster = _Cluster(plan, state, say)
+        cluster = _Cluster(plan, state, say, stop)
         cluster.launch(time.monotonic() + timeout_s)
         say(
             f"supervising; Ctrl-C (or `python -m sglang_engram.cluster down --name {spec.name}`)"
@@ -112,8 +112,11 @@ def up(
 class _Cluster:
     """What one `up` started: its actors, and the state file it keeps current."""
 
-    def __init__(self, plan: ClusterPlan, state: ClusterState, say: Say) -> None:
+    def __init__(
+        self, plan: ClusterPlan, state: ClusterState, say: Say, stop: threading.Event
+    ) -> None:
         self.plan, self.state, self.say = plan, state, say
+        self.stop_requested = stop  # set by Ctrl-C or SIGTERM
         self.actors: dict[str, Any] = {}  # the router last, once it runs
         self._seen: dict[str, tuple[Any, ...]] = {}  # what was last reported of each
 
@@ -153,7 +156,7 @@ class _Cluster:
         refs = {name: a.start.remote() for name, a in self.actors.items()}
         ready: list[Any] = []
         while len(ready) < len(refs) and _left(deadline):
-            if _STOP.is_set():
+            if self.stop_requested.is_set():
                 raise _Interrupted
             ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=1.0)
         # NOTE: the refs waited on, not new ones: a fresh ref is never among `ready`.
@@ -226,13 +229,13 @@ class _Cluster:
                 last_report = time.monotonic()
                 summary = ", ".join(f"{n} {s['state']}" for n, s in statuses.items())
                 self.say(f"waiting for {what} ({last_report - start:.0f}s): {summary}")
-            if _STOP.wait(0.5):
+            if self.stop_requested.wait(0.5):
                 raise _Interrupted
 
     def watch(self, interval_s: float = 2.0) -> None:
         """Keep the state file current and report changes, until Ctrl-C or SIGTERM."""
         health = "healthy"
-        while not _STOP.wait(interval_s):
+        while not self.stop_requested.wait(interval_s):
             self._poll(self.actors)
             if (now := collect_status(self.state)["health"]) != health:
                 health = now

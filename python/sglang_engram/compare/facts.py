@@ -9,7 +9,6 @@ overrides either (a url config runs on someone else's machine).
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import re
@@ -59,7 +58,6 @@ def vendor_of(sku: str) -> str:
     return "amd" if sku.upper().startswith("MI") else "nvidia"
 
 
-@functools.cache
 def local_gpu_name() -> str | None:
     # NOTE: the vendor tools first: asking torch creates a CUDA context in the sweep
     # process, which would sit on the GPU next to the servers it measures.
@@ -127,7 +125,6 @@ def sku_from_cpu_name(name: str) -> str:
     return " ".join(name.replace("/", " ").split()) or "CPU"
 
 
-@functools.cache
 def local_cpu_name() -> str:
     cpuinfo = _read("/proc/cpuinfo") or ""
     for line in cpuinfo.splitlines():
