@@ -15,7 +15,9 @@ import argparse
 import errno
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,9 +133,11 @@ def run(
     an I/O error), anything else 1 as an unexpected error. With ``--debug`` errors
     propagate with their traceback."""
     debug = debug_of(args)
+    ctrl_c = _CtrlC()
     try:
-        code = body() or 0
-        sys.stdout.flush()  # NOTE: a closed pipe shows here, not at interpreter exit
+        with ctrl_c:
+            code = body() or 0
+            sys.stdout.flush()  # NOTE: a closed pipe shows here, not at interpreter exit
         return code
     except BrokenPipeError:
         _stdout_to_devnull()
@@ -146,9 +150,41 @@ def run(
     except Exception as exc:
         if debug:
             raise
+        if ctrl_c.pressed:
+            # NOTE: some C code turns the KeyboardInterrupt it was handed into another
+            # error (torch building a tensor says "could not determine the shape of object
+            # type 'torch.storage.UntypedStorage'"); after a Ctrl-C it is still the Ctrl-C.
+            say(interrupted)
+            return INTERRUPTED
         code, text = describe(exc, usage, runtime)
         say(f"error: {text}")
         return code
+
+
+class _CtrlC:
+    """While entered, notes whether SIGINT arrived (and raises KeyboardInterrupt as
+    Python's own handler does). Only in the main thread, and only over Python's default
+    handler: a command that installed its own keeps it."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous: Any = None
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> _CtrlC:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def describe(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from sglang_engram.args.flags import add_engram_args
 from sglang_engram.cluster.cli import _parser as cluster_parser
 from sglang_engram.compare.__main__ import _parser as compare_parser
 
-from engram.cli import Parser, number, shows_default
+from engram.cli import Parser, number, run, shows_default
 from engram.convert import build_parser as convert_parser
 from engram.eval.__main__ import parser as eval_parser
 from engram.model.__main__ import parser as model_parser
@@ -158,3 +159,27 @@ def test_ctrl_c_is_one_line() -> None:
     assert proc.wait(timeout=120) == 130
     assert "Traceback" not in rest
     assert rest.strip().splitlines()[-1] == "interrupted"
+
+
+def test_ctrl_c_that_c_code_turned_into_another_error_is_still_ctrl_c(capsys) -> None:
+    # torch, handed the KeyboardInterrupt while it builds a tensor, raises a ValueError
+    # instead ("could not determine the shape of object type ..."): that is the Ctrl-C.
+    def body() -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs here
+        except KeyboardInterrupt:
+            raise ValueError("could not determine the shape of object type 'X'") from None
+        raise AssertionError("SIGINT did not arrive")
+
+    assert run(body, argparse.Namespace(), interrupted="interrupted; resume") == 130
+    assert capsys.readouterr().err == "interrupted; resume\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+def test_the_same_error_without_ctrl_c_is_unexpected(capsys) -> None:
+    def body() -> int:
+        raise ValueError(f"shape {random.randrange(1000)}")
+
+    assert run(body, argparse.Namespace()) == 1
+    assert capsys.readouterr().err.startswith("error: unexpected ValueError: shape ")
