@@ -2,7 +2,7 @@
 
 Builds (or reuses) the tiny backbone with random Engram tables of about ``--table-gib``
 GiB (``python -m engram.model build --random --engram-table-gib G``), then starts
-``python -m sglang.launch_server`` once per config (the CPU engine without a GPU):
+``python -m sglang.launch_server`` for every config at once (the CPU engine without a GPU):
 
 * ``dram``: the tables in host memory;
 * ``ssd-1/16``: the ssd placement with a RAM cache of 1/16 of the tables, read with
@@ -12,13 +12,16 @@ GiB (``python -m engram.model build --random --engram-table-gib G``), then start
 * ``ssd-1/4``: the same with a RAM cache of 1/4;
 * ``off``: no tables (Engram layers pass through).
 
-Each is driven by ``python -m sglang.benchmark.serving`` at each concurrency with
-prompts of held-out Python source (``tiers_workload``), the same prompts for every
-config. Prints per config and concurrency total and output tok/s, P90 TPOT and TTFT,
-Engram rows/s read from disk, the RAM-cache hit ratio, read-ahead hits and the exposed
-read ratio; the ratios ssd/dram and dram/off; whether greedy ssd outputs equal dram's;
-the RAM-cache hit ratio against cache size on the rows of all held-out pieces; a PNG; and a last line
-of JSON.
+Every server runs with ``--sleep-on-idle``, so the ones waiting their turn take no CPU,
+and ``python -m sglang.benchmark.serving`` drives them in turn: per repeat, per
+concurrency, every config back to back (the order rotated each repeat), each run with
+prompts of held-out Python source (``tiers_workload``) that no other run gets. A ratio
+(ssd/dram, dram/off) is taken within a repeat, between runs minutes apart, and the
+median over repeats is reported with its range. Prints per config and concurrency the
+median total and output tok/s, P90 TPOT and TTFT, Engram rows/s read from disk, the
+RAM-cache hit ratio, read-ahead hits and the exposed read ratio; whether greedy ssd
+outputs equal dram's; the RAM-cache hit ratio against cache size on the rows of all
+held-out pieces; a PNG; and a last line of JSON.
 
     python benchmark/bench_serving_tiers.py --table-gib 8
 """
@@ -30,17 +33,24 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmark"))
 
 from tiers_report import (  # noqa: E402
+    describe_ratios,
     drop_page_cache,
     exposed_ratio,
+    median_figures,
+    median_of,
     plot,
     print_table,
+    repeat_ratios,
     resident_fraction,
     run_figures,
     table_files,
@@ -53,6 +63,14 @@ CONFIGS = {"dram": None, "ssd-1/16": 1 / 16, "ssd-1/4": 1 / 4, "off": None}
 CURVE_FRACTIONS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
 SEED = 1
 CHECK_PROMPTS, CHECK_PROMPT_TOKENS, CHECK_NEW_TOKENS = 4, 96, 32
+SERVER_GIB = 2.0  # NOTE: one tiny-model CPU server's memory besides its tables and cache
+RATIOS = [  # (JSON key, numerator config, denominator config, figure)
+    ("ssd_over_dram_throughput", "ssd-1/16", "dram", "total_tok_s"),
+    ("ssd_over_dram_p90_tpot", "ssd-1/16", "dram", "p90_tpot_ms"),
+    ("ssd_quarter_over_dram_throughput", "ssd-1/4", "dram", "total_tok_s"),
+    ("dram_over_off_throughput", "dram", "off", "total_tok_s"),
+    ("dram_over_off_p90_tpot", "dram", "off", "p90_tpot_ms"),
+]
 
 
 def build_model(table_gib: float, out: Path) -> Path:
@@ -67,11 +85,12 @@ def build_model(table_gib: float, out: Path) -> Path:
 def server_args(name: str, table_gib: float, ssd_dir: Path) -> list[str]:
     # NOTE: every config runs without the overlap schedule: only then does an ssd table
     # read the next decode step's rows as soon as a step's tokens are sampled.
+    # --sleep-on-idle: a CPU server otherwise spins a core while it waits its turn.
     fraction = CONFIGS[name]
     if fraction is None:
-        return ["--disable-overlap-schedule", "--engram-offload", name]
+        return ["--disable-overlap-schedule", "--sleep-on-idle", "--engram-offload", name]
     return [
-        "--disable-overlap-schedule", "--engram-offload", "ssd", "--engram-ssd-dir", str(ssd_dir),
+        "--disable-overlap-schedule", "--sleep-on-idle", "--engram-offload", "ssd", "--engram-ssd-dir", str(ssd_dir),
         "--engram-ram-cache-gb", f"{table_gib * fraction:.6g}", "--engram-ssd-read", "direct",
     ]  # fmt: skip
 
@@ -98,38 +117,60 @@ def settled_metrics(url: str) -> dict[str, float]:
     return metrics(url)
 
 
-def run_config(name: str, model: Path, datasets: dict, counts: dict, checks, args, work: Path):
-    """Serve ``name`` once: the benchmark at every concurrency, then the greedy checks."""
-    files = table_files(args.ssd_dir) if CONFIGS[name] else []
-    flags = server_args(name, args.table_gib, args.ssd_dir)
-    log = work / f"{name.replace('/', '_')}.server.log"
-    runs, residency = {}, {}
-    print(f"[{name}] starting server: {' '.join(flags)}", flush=True)
-    with sglang_server(model, *flags, log=log, timeout_s=1800) as url:
-        if CONFIGS[name]:
-            files = table_files(args.ssd_dir)
-            drop_page_cache(files)  # what the conversion (or an earlier run) left there
-            residency["before"] = resident_fraction(files)
+def no_metrics(url: str) -> dict[str, float]:
+    return {}
+
+
+def start_servers(stack: ExitStack, configs: list[str], model: Path, args, work: Path) -> dict:
+    """Every config's server, started one after another; their URLs."""
+    urls = {}
+    for name in configs:
+        flags = server_args(name, args.table_gib, args.ssd_dir)
+        print(f"[{name}] starting server: {' '.join(flags)}", flush=True)
+        log = work / f"{slug(name)}.server.log"
+        urls[name] = stack.enter_context(sglang_server(model, *flags, log=log, timeout_s=1800))
+    return urls
+
+
+def slug(name: str) -> str:
+    return name.replace("/", "_")
+
+
+def check_memory(configs: list[str], table_gib: float) -> str | None:
+    """Why the servers would not fit in this machine's memory, or None."""
+    need = sum(
+        SERVER_GIB + table_gib * (CONFIGS[n] or (1.0 if n == "dram" else 0.0)) for n in configs
+    )
+    have = psutil.virtual_memory().available / 2**30
+    if need <= have:
+        return None
+    return (
+        f"error: the servers of {', '.join(configs)} need about {need:.1f} GiB of memory at "
+        f"once, {have:.1f} GiB is available; pass fewer --configs or a smaller --table-gib"
+    )
+
+
+def serve_repeats(urls: dict, model: Path, datasets: dict, counts: dict, args, work: Path) -> dict:
+    """Per config and concurrency, the figures of each repeat."""
+    configs = list(urls)
+    runs = {n: {c: [] for c in args.concurrencies} for n in configs}
+    for rep in range(args.repeats):
+        k = rep % len(configs)
+        order = configs[k:] + configs[:k]
         for conc in args.concurrencies:
-            before = settled_metrics(url)
-            out = work / f"{name.replace('/', '_')}_c{conc}"
-            result = bench(url, model, datasets[conc], conc, counts[conc], args, out)
-            runs[conc] = run_figures(result, before, settled_metrics(url))
-            print(f"[{name}] c={conc}: {json.dumps(runs[conc])}", flush=True)
-        if CONFIGS[name]:
-            residency["after"] = resident_fraction(files)
-        outputs = [generate_ids(url, p, CHECK_NEW_TOKENS) for p in checks]
-    return runs, residency, outputs
-
-
-def ratios(results: dict, num: str, den: str, key: str) -> dict[str, float]:
-    if num not in results or den not in results:
-        return {}
-    return {
-        str(c): round(results[num][c][key] / results[den][c][key], 4)
-        for c in results[num]
-        if c in results[den] and results[den][c][key]
-    }
+            for name in order:
+                # NOTE: only ssd tables count rows; the others' /metrics need no settling.
+                sample = settled_metrics if CONFIGS[name] else no_metrics
+                before = sample(urls[name])
+                out = work / f"{slug(name)}_r{rep}_c{conc}"
+                dataset = datasets[f"r{rep}_c{conc}"]
+                result = bench(urls[name], model, dataset, conc, counts[conc], args, out)
+                runs[name][conc].append(run_figures(result, before, sample(urls[name])))
+                print(
+                    f"[{name}] repeat {rep} c={conc}: {json.dumps(runs[name][conc][-1])}",
+                    flush=True,
+                )
+    return runs
 
 
 def main() -> int:
@@ -139,6 +180,7 @@ def main() -> int:
     parser.add_argument("--ssd-dir", type=Path, help="default models/engram-random-<G>g-ssd")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--concurrencies", default="1,8,32")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each point")
     parser.add_argument("--num-prompts", type=int, default=3, help="per unit of concurrency")
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=64)
@@ -149,6 +191,12 @@ def main() -> int:
     if unknown := set(configs) - set(CONFIGS):
         print(f"error: unknown configs {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
         return 2
+    if args.repeats < 1:
+        print(f"error: --repeats must be at least 1, not {args.repeats}")
+        return 2
+    if problem := check_memory(configs, args.table_gib):
+        print(problem)
+        return 2
     args.concurrencies = [int(c) for c in args.concurrencies.split(",")]
     stem = ROOT / "models" / f"engram-random-{args.table_gib:g}g"
     args.model = args.model or stem
@@ -158,21 +206,33 @@ def main() -> int:
 
     model = build_model(args.table_gib, args.model)
     counts = {c: max(4, args.num_prompts * c) for c in args.concurrencies}
-    datasets = write_datasets(model, work, counts, args.input_len)
-    prompts = {
-        c: served_prompts(datasets[c], model, counts[c], args.input_len, args.output_len, 1.0, SEED)
-        for c in args.concurrencies
-    }
-    checks = [p[:CHECK_PROMPT_TOKENS] for p in prompts[args.concurrencies[-1]][:CHECK_PROMPTS]]
+    datasets = write_datasets(
+        model, work,
+        {f"r{r}_c{c}": counts[c] for r in range(args.repeats) for c in args.concurrencies},
+        args.input_len,
+    )  # fmt: skip
+    last = f"r{args.repeats - 1}_c{args.concurrencies[-1]}"
+    served = served_prompts(
+        datasets[last], model, counts[args.concurrencies[-1]], args.input_len,
+        args.output_len, 1.0, SEED,
+    )  # fmt: skip
+    checks = [p[:CHECK_PROMPT_TOKENS] for p in served[:CHECK_PROMPTS]]
 
-    results, residency, outputs = {}, {}, {}
-    for name in configs:
-        results[name], res, outputs[name] = run_config(
-            name, model, datasets, counts, checks, args, work
-        )
-        if res:
-            residency[name] = res
+    residency = {}
+    with ExitStack() as stack:
+        urls = start_servers(stack, configs, model, args, work)
+        files = table_files(args.ssd_dir) if any(CONFIGS[n] for n in configs) else []
+        if files:
+            drop_page_cache(files)  # what the conversion (or the servers' checks) left there
+            residency["before"] = resident_fraction(files)
+        runs = serve_repeats(urls, model, datasets, counts, args, work)
+        if files:
+            residency["after"] = resident_fraction(files)
+        outputs = {
+            n: [generate_ids(url, p, CHECK_NEW_TOKENS) for p in checks] for n, url in urls.items()
+        }
 
+    results = {n: {c: median_figures(rs) for c, rs in by.items()} for n, by in runs.items()}
     print()
     print_table(results)
     summary = {
@@ -180,16 +240,17 @@ def main() -> int:
         "input_len": args.input_len,
         "output_len": args.output_len,
         "num_prompts": counts,
+        "repeats": args.repeats,
         "configs": {n: {str(c): r for c, r in by.items()} for n, by in results.items()},
+        "runs": {n: {str(c): rs for c, rs in by.items()} for n, by in runs.items()},
         "page_cache_resident": residency,
-        "ssd_over_dram_throughput": ratios(results, "ssd-1/16", "dram", "total_tok_s"),
-        "ssd_over_dram_p90_tpot": ratios(results, "ssd-1/16", "dram", "p90_tpot_ms"),
-        "ssd_quarter_over_dram_throughput": ratios(results, "ssd-1/4", "dram", "total_tok_s"),
-        "dram_over_off_throughput": ratios(results, "dram", "off", "total_tok_s"),
-        "dram_over_off_p90_tpot": ratios(results, "dram", "off", "p90_tpot_ms"),
     }
-    if "ssd-1/16" in results:
-        r = exposed_ratio(list(results["ssd-1/16"].values()))
+    for key, num, den, figure in RATIOS:
+        per_repeat = repeat_ratios(runs, num, den, figure)
+        summary[key] = {c: median_of(r) for c, r in per_repeat.items()}
+        summary[key + "_per_repeat"] = per_repeat
+    if "ssd-1/16" in runs:
+        r = exposed_ratio([f for rs in runs["ssd-1/16"].values() for f in rs])
         summary["prefetch_exposed_ratio"] = None if r is None else round(r, 4)
     if "dram" in outputs:
         summary["ssd_outputs_equal_dram"] = {
@@ -199,7 +260,8 @@ def main() -> int:
         }
     print()
     for key in ("ssd_over_dram_throughput", "ssd_over_dram_p90_tpot", "dram_over_off_throughput"):
-        print(f"{key}: {summary[key]}")
+        print(f"{key}: {describe_ratios(summary[key + '_per_repeat'])}")
+    print(f"prefetch_exposed_ratio: {summary.get('prefetch_exposed_ratio')}")
     print(f"page cache resident share of the table files: {residency}")
     print(f"greedy outputs equal to dram's: {summary.get('ssd_outputs_equal_dram')}")
 

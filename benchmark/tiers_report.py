@@ -92,6 +92,34 @@ def exposed_ratio(runs: list[dict]) -> float | None:
     return sum(r["exposed_read_s"] for r in runs) / total if total else None
 
 
+def median_of(values: list[float]) -> float | None:
+    return round(float(np.median(values)), 4) if values else None
+
+
+def median_figures(runs: list[dict]) -> dict:
+    """Each figure's median over repeated runs of one point (None where no run has it)."""
+    return {key: median_of([r[key] for r in runs if r[key] is not None]) for key in runs[0]}
+
+
+def repeat_ratios(runs: dict, num: str, den: str, figure: str) -> dict[str, list[float]]:
+    """Per concurrency, ``figure`` of ``num`` over that of ``den`` in each repeat (the
+    two runs back to back)."""
+    if num not in runs or den not in runs:
+        return {}
+    return {
+        str(c): [round(a[figure] / b[figure], 4) for a, b in zip(rs, runs[den][c], strict=True)]
+        for c, rs in runs[num].items()
+        if c in runs[den]
+    }
+
+
+def describe_ratios(per_repeat: dict[str, list[float]]) -> str:
+    """``c=8: 0.91 (0.88-0.95)``: the median and range over repeats, per concurrency."""
+    return ", ".join(
+        f"c={c}: {np.median(r):.2f} ({min(r):.2f}-{max(r):.2f})" for c, r in per_repeat.items()
+    )
+
+
 def _cell(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 

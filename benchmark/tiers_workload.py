@@ -5,8 +5,8 @@ Prompts are held-out Python source of this interpreter's standard library (the s
 as token ids through ``sglang.benchmark.serving``'s ``random`` dataset, which reads
 prompts from a ShareGPT-style file (``--dataset-path``), tokenizes them with the
 model's tokenizer and cuts each to its drawn input length (``--tokenize-prompt`` sends
-the ids). Each concurrency gets its own file of pieces no other concurrency uses, so a
-server's RAM cache is warm only from other text, as in a deployment.
+the ids). Each run (a concurrency in a repeat) gets its own file of pieces no other run
+uses, so a server's RAM cache is warm only from other text, as in a deployment.
 
 :func:`served_prompts` asks SGLang's own sampler for the ids it sends (same seed, same
 file), and :func:`cache_curve` replays their rows through the RAM cache's index
@@ -55,9 +55,10 @@ def heldout_pieces(model_dir: Path, tokens: int) -> list[str]:
 
 
 def write_datasets(
-    model_dir: Path, work: Path, counts: dict[int, int], input_len: int
-) -> dict[int, Path]:
-    """One ShareGPT-style file per concurrency with ``counts[c]`` disjoint pieces."""
+    model_dir: Path, work: Path, counts: dict[str, int], input_len: int
+) -> dict[str, Path]:
+    """One ShareGPT-style file per label (a concurrency, a repeat) with ``counts[label]``
+    pieces no other label gets."""
     pieces = heldout_pieces(model_dir, input_len)
     need = sum(counts.values())
     if len(pieces) < need:
@@ -66,14 +67,14 @@ def write_datasets(
             f"{input_len} tokens, {need} are needed; ask for fewer or shorter prompts"
         )
     files, start = {}, 0
-    for c, n in sorted(counts.items()):
+    for label, n in counts.items():
         rows = [
             {"conversations": [{"value": text}, {"value": "(continuation)"}]}
             for text in pieces[start : start + n]
         ]
         start += n
-        files[c] = work / f"prompts_c{c}.json"
-        files[c].write_text(json.dumps(rows))
+        files[label] = work / f"prompts_{label}.json"
+        files[label].write_text(json.dumps(rows))
     return files
 
 

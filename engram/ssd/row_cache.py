@@ -20,7 +20,9 @@ class RowCache:
 
     def __init__(self, capacity_bytes: int, row_bytes: int, *, ways: int = WAYS):
         self.index = SetAssociativeIndex(max(1, capacity_bytes // row_bytes), ways)
-        self.rows = torch.empty((self.index.capacity, row_bytes), dtype=torch.uint8, device="cpu")
+        # NOTE: zeros, not empty: the pages are touched now, once, instead of one page
+        # fault per row the first time each slot is filled, on the read path.
+        self.rows = torch.zeros((self.index.capacity, row_bytes), dtype=torch.uint8, device="cpu")
         self.hits = 0
         self.misses = 0
         self._lock = threading.Lock()

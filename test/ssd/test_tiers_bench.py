@@ -36,19 +36,19 @@ def model(tmp_path_factory) -> Path:
 
 def test_prompts_are_disjoint_heldout_source_and_sglang_sends_them(model, tmp_path) -> None:
     input_len = random.randint(48, 96)
-    files = write_datasets(model, tmp_path, {1: 3, 8: 5}, input_len)
+    files = write_datasets(model, tmp_path, {"c1": 3, "c8": 5}, input_len)
     texts = {c: [r["conversations"][0]["value"] for r in json.loads(p.read_text())] for c, p in files.items()}  # fmt: skip
-    assert len(texts[1]) == 3 and len(texts[8]) == 5
-    assert not set(texts[1]) & set(texts[8])
-    prompts = served_prompts(files[8], model, 5, input_len, 16, 1.0, seed=random.randint(0, 99))
+    assert len(texts["c1"]) == 3 and len(texts["c8"]) == 5
+    assert not set(texts["c1"]) & set(texts["c8"])
+    prompts = served_prompts(files["c8"], model, 5, input_len, 16, 1.0, seed=random.randint(0, 99))
     assert len(prompts) == 5
     assert all(0 < len(p) <= input_len for p in prompts)
     assert len({tuple(p) for p in prompts}) == 5
 
 
 def test_cache_curve_grows_with_size_and_is_bounded_by_the_unbounded_cache(model, tmp_path) -> None:
-    files = write_datasets(model, tmp_path, {4: 12}, 128)
-    prompts = served_prompts(files[4], model, 12, 128, 16, 1.0, seed=3)
+    files = write_datasets(model, tmp_path, {"c4": 12}, 128)
+    prompts = served_prompts(files["c4"], model, 12, 128, 16, 1.0, seed=3)
     fractions = [1 / 64, 1 / 8, 1 / 2]
     curve = cache_curve(model, prompts, fractions)
     ratios = [p["hit_ratio"] for p in curve["points"]]
