@@ -5,12 +5,14 @@ against P90 interactivity, the comparison report's axes)."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 from sglang_engram.compare.plots import X_LABEL
 
 from engram.ssd.sysmem import mincore
@@ -56,9 +58,28 @@ def resident_fraction(paths: list[Path]) -> float:
     return resident / total if total else 0.0
 
 
-def run_figures(result: dict[str, Any], before: dict[str, float], after: dict[str, float]) -> dict:
-    """One config and concurrency: SGLang's benchmark figures and the Engram counters'
-    growth over the run (``/metrics`` samples before and after)."""
+def server_cpu_seconds(url: str) -> float:
+    """CPU seconds (user + system) used so far by the server listening at ``url``: its
+    ``launch_server`` process and every process under it (scheduler, detokenizer)."""
+    port = url.rsplit(":", 1)[1]
+    total = 0.0
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "sglang.launch_server" not in cmd or f"--port {port} " not in " ".join(cmd) + " ":
+            continue
+        for p in [proc, *proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                times = p.cpu_times()
+                total += times.user + times.system
+    return total
+
+
+def run_figures(
+    result: dict[str, Any], before: dict[str, float], after: dict[str, float], cpu_s: float
+) -> dict:
+    """One config and concurrency: SGLang's benchmark figures, the Engram counters'
+    growth over the run (``/metrics`` samples before and after) and the server's CPU
+    seconds over it (``cpu_s``)."""
 
     def grown(name: str) -> float:
         key = f"sglang:engram_{name}_total"
@@ -82,6 +103,8 @@ def run_figures(result: dict[str, Any], before: dict[str, float], after: dict[st
         "prefetch_hits": grown("ssd_prefetch_hits"),
         "exposed_read_s": lookup + waits,
         "total_read_s": lookup + ahead,
+        # NOTE: on a CPU-bound machine, CPU time per token is what a tier costs.
+        "server_cpu_ms_per_token": 1e3 * cpu_s / max(1, int(result["total_output_tokens"])),
     }
 
 
@@ -128,6 +151,7 @@ def print_table(results: dict[str, dict[int, dict]]) -> None:
     head = (
         f"{'config':<10}{'conc':>5}{'total tok/s':>12}{'out tok/s':>10}{'P90 TPOT':>10}"
         f"{'P90 TTFT':>10}{'disk rows/s':>12}{'RAM hit':>8}{'ahead hits':>11}{'exposed':>8}"
+        f"{'CPU ms/tok':>11}"
     )
     print(head)
     print("-" * len(head))
@@ -141,6 +165,7 @@ def print_table(results: dict[str, dict[int, dict]]) -> None:
                 f"{_cell(r['ram_cache_hit_ratio'], '8.3f'):>8}"
                 f"{_cell(r['prefetch_hits'] if ssd else None, '11.0f'):>11}"
                 f"{_cell(exposed_ratio([r]) if ssd else None, '8.3f'):>8}"
+                f"{_cell(r.get('server_cpu_ms_per_token'), '11.1f'):>11}"
             )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from sglang_engram.cluster.spec import ENGRAM_OFFLOADS, ClusterSpecError, load_spec, parse_spec
@@ -187,6 +188,7 @@ def test_engram_options_checked_against_the_placement():
             engram_ram_cache_gb=8,
             engram_prefetch=False,
             engram_hot_cache_gb=1.5,
+            engram_ssd_read="direct",
         )
     ).workers[0]
     assert group.engram_flags == [
@@ -199,7 +201,14 @@ def test_engram_options_checked_against_the_placement():
         "1.5",
         "--engram-ram-cache-gb",
         "8",
+        "--engram-ssd-read",
+        "direct",
     ]
+    assert "engram_ssd_read: Input should be 'mmap', 'pread' or 'direct', not 'uring'" in _error(
+        _group(0, engram_offload="ssd", engram_ssd_dir="/nvme/t", engram_ssd_read="uring")
+    )
+    spec = parse_spec(_group(0, engram_offload="dram", engram_ssd_read="direct"))
+    assert "engram_offload dram ignores engram_ssd_read (only ssd)" in spec.warnings[0]
 
 
 def test_roles_backend_and_required_keys():
@@ -271,6 +280,14 @@ def test_offload_choices_match_the_plugin_placements():
 
     # Every placement the plugin's --engram-offload accepts can be named in a spec.
     assert set(placement_names()) <= set(ENGRAM_OFFLOADS)
+
+
+def test_ssd_read_choices_are_the_plugin_read_strategies():
+    from sglang_engram.args.flags import SsdRead
+
+    from engram.ssd.readers import reader_names
+
+    assert set(get_args(SsdRead)) == set(reader_names())
 
 
 def test_restart_policy_is_checked():

@@ -1,7 +1,7 @@
-"""The pieces of ``benchmark/bench_serving_tiers.py`` that need no server: real-text
-prompt files, SGLang's own sampler reading them back, the RAM-cache curve, and the
-page-cache residency of table files. (The servers it drives are tested in
-``test/serving``; the benchmark's timings are not a test.)"""
+"""``benchmark/bench_serving_tiers.py``: its pieces that need no server (real-text
+prompt files, SGLang's own sampler reading them back, the RAM-cache curve, the
+page-cache residency of table files), and the whole script once, small, through real
+CPU servers (what it reports, not how fast: timings are not a test)."""
 
 from __future__ import annotations
 
@@ -69,3 +69,36 @@ def test_page_cache_residency_is_measured_and_dropped(tmp_path) -> None:
     assert resident_fraction([path]) > 0.5
     drop_page_cache([path])
     assert resident_fraction([path]) < 0.5
+
+
+@pytest.mark.slow
+def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> None:
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable, str(REPO / "benchmark/bench_serving_tiers.py"), "--table-gib", "0.02",
+        "--model", str(tmp_path / "m"), "--ssd-dir", str(tmp_path / "ssd"), "--out", str(out),
+        "--configs", "dram,ssd-1/16", "--concurrencies", "2", "--repeats", "2",
+        "--num-prompts", "1", "--input-len", "48", "--output-len", "4",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    # two interleaved repeats, each a ratio of two runs back to back; the median reported
+    ratios = summary["ssd_over_dram_throughput_per_repeat"]["2"]
+    assert len(ratios) == 2 and all(r > 0 for r in ratios)
+    assert summary["ssd_over_dram_throughput"]["2"] == pytest.approx(
+        float(np.median(ratios)), abs=1e-3
+    )
+    assert len(summary["runs"]["ssd-1/16"]["2"]) == 2
+    assert summary["runs"]["ssd-1/16"]["2"][0]["completed"] == 4  # max(4, 1 x 2) prompts
+    # the ssd server read rows from its files with direct I/O, the page cache out of play
+    assert summary["configs"]["ssd-1/16"]["2"]["disk_rows_s"] > 0
+    # each server's own processes were found and their CPU time counted
+    assert all(
+        summary["configs"][n]["2"]["server_cpu_ms_per_token"] > 0 for n in summary["configs"]
+    )
+    assert summary["page_cache_resident"]["after"] < 0.01
+    assert summary["ssd_outputs_equal_dram"] == {"ssd-1/16": 1.0}
+    assert 0 <= summary["prefetch_exposed_ratio"] <= 1
+    assert Path(summary["png"]).stat().st_size > 10_000
+    assert "ssd_over_dram_throughput: c=2: " in proc.stdout

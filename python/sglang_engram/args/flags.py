@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from sglang_engram.args.server_config import (
     DEFAULT_OFFLOAD,
@@ -32,6 +32,9 @@ ENGRAM_FLAGS = (
     "--engram-ram-cache-gb",
     "--engram-ssd-read",
 )
+# NOTE: mirrors engram.ssd.readers.READERS, the --engram-ssd-read strategies, for the
+# cluster and sweep specs (reading a spec imports no torch); test_spec checks they agree.
+SsdRead = Literal["mmap", "pread", "direct"]
 
 _PLACEMENT_HELP = {
     "hbm": "device memory (TP-sharded)",

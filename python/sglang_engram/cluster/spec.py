@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sglang_engram.args.flags import ENGRAM_FLAGS
+from sglang_engram.args.flags import ENGRAM_FLAGS, SsdRead
 from sglang_engram.args.server_config import DEFAULT_OFFLOAD
 from sglang_engram.spec_files.schema_errors import first_error
 from sglang_engram.spec_files.yaml_file import read_mapping
@@ -103,6 +103,7 @@ class WorkerGroup(_Model):
     engram_prefetch: bool | None = None
     engram_hot_cache_gb: float | None = Field(None, ge=0)
     engram_ram_cache_gb: float | None = Field(None, ge=0)
+    engram_ssd_read: SsdRead | None = None
     extra_args: tuple[str, ...] = ()
 
     @field_validator("extra_args", mode="before")
@@ -155,6 +156,8 @@ class WorkerGroup(_Model):
             flags += ["--engram-hot-cache-gb", f"{self.engram_hot_cache_gb:g}"]
         if self.engram_ram_cache_gb is not None:
             flags += ["--engram-ram-cache-gb", f"{self.engram_ram_cache_gb:g}"]
+        if self.engram_ssd_read is not None:
+            flags += ["--engram-ssd-read", self.engram_ssd_read]
         return flags
 
     def warnings(self, where: str) -> list[str]:
@@ -163,6 +166,7 @@ class WorkerGroup(_Model):
             "engram_ssd_dir (only ssd)": self.engram_ssd_dir and offload != "ssd",
             "engram_ram_cache_gb (only ssd)": self.engram_ram_cache_gb is not None
             and offload != "ssd",
+            "engram_ssd_read (only ssd)": self.engram_ssd_read is not None and offload != "ssd",
             "engram_hot_cache_gb (only dram or ssd)": self.engram_hot_cache_gb
             and offload not in ("dram", "ssd"),
             "engram_prefetch": self.engram_prefetch is not None and offload == "off",

@@ -132,6 +132,8 @@ class LaunchDeployment(Deployment):
             args += ["--engram-hot-cache-gb", str(a.engram_hot_cache_gb)]
         if a.engram_ram_cache_gb is not None:
             args += ["--engram-ram-cache-gb", str(a.engram_ram_cache_gb)]
+        if a.engram_ssd_read is not None:
+            args += ["--engram-ssd-read", a.engram_ssd_read]
         if self.spec.device == "cpu":
             args += CPU_SERVER_ARGS
         return [*args, "--enable-metrics", *a.extra_args]

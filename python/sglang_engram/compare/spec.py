@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sglang_engram.args.flags import SsdRead
 from sglang_engram.spec_files.schema_errors import first_error
 from sglang_engram.spec_files.yaml_file import read_mapping
 
@@ -95,6 +96,7 @@ class LaunchArgs(_Strict):
     engram_prefetch: bool | None = None
     engram_hot_cache_gb: float | None = Field(None, ge=0)
     engram_ram_cache_gb: float | None = Field(None, ge=0)
+    engram_ssd_read: SsdRead | None = None
     extra_args: list[str] = []
     startup_timeout_s: float = Field(1800.0, gt=0)
 
