@@ -32,7 +32,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -58,7 +57,7 @@ from tiers_report import (  # noqa: E402
 )
 from tiers_workload import cache_curve, heldout_ids, served_prompts, write_datasets  # noqa: E402
 
-from test.serving.server import generate_ids, metrics, sglang_server  # noqa: E402
+from test.serving.server import generate_ids, settled_metrics, sglang_server  # noqa: E402
 
 CONFIGS = {"dram": None, "ssd-1/16": 1 / 16, "ssd-1/4": 1 / 4, "off": None}
 CURVE_FRACTIONS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
@@ -113,11 +112,6 @@ def bench(url: str, model: Path, dataset: Path, conc: int, n: int, args, out: Pa
     with open(out.with_suffix(".log"), "w") as log:
         subprocess.run(cmd, check=True, timeout=args.timeout_s, stdout=log, stderr=log)
     return json.loads(result.read_text().splitlines()[-1])
-
-
-def settled_metrics(url: str) -> dict[str, float]:
-    time.sleep(2.5)  # NOTE: the plugin folds its counters into /metrics once a second
-    return metrics(url)
 
 
 def no_metrics(url: str) -> dict[str, float]:
