@@ -26,11 +26,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engram.hashing import NgramHasher
     from engram.ssd.prefetch import PrefetchHandle
     from sglang_engram.args.model_facts import ModelFacts
     from sglang_engram.args.server_config import EngramServerConfig
     from sglang_engram.integration.kernel_standin import KernelStatus
+    from sglang_engram.lookahead.row_hasher import RowHasher
     from sglang_engram.metrics.exporter import EngramMetrics
     from sglang_engram.tables.served import ServedTable
 
@@ -69,7 +69,7 @@ class TableState:
     """``tables.served``: the tables this process serves and the served model's hasher."""
 
     entries: list[ServedTable] = field(default_factory=list)
-    hasher: NgramHasher | None = None
+    hasher: RowHasher | None = None
     # ``tables.ssd_dirs``: a checkpoint's tables found once while its files stay the same
     # (keyed by path and the files' names, sizes and mtimes; the check asks per layer)
     checkpoints: dict[tuple[str, tuple[tuple[str, int, int], ...]], dict[int, Any]] = field(

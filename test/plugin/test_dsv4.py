@@ -17,6 +17,7 @@ import pytest
 import safetensors.torch
 import torch
 from sglang_engram.args.server_config import EngramServerConfig, use_config
+from sglang_engram.models.deepseek_v41.family import DeepseekV41
 from sglang_engram.runtime import get_runtime
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import weight_filter as loading
@@ -90,7 +91,7 @@ def test_each_placement_is_served_by_its_code_with_upstreams_rows(placed, layout
     served, ref = placed(config, index)
     [entry] = table_registry.served()
     assert entry.layer_id == layout.layer_ids[index] and entry.table.placement == config.offload
-    if config.upstream_serves_dsv4:
+    if DeepseekV41().upstream_serves(config):
         assert type(served) is _upstream_cls() and served.host_table is None
         assert getattr(served, ATTR) is entry.table
     else:
@@ -318,7 +319,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
         with use_context(context):
             served = PlacedEngramEmbedding(*args)
             upstream = _upstream_cls()(*args)
-        assert isinstance(served, PlacedEngramEmbedding) != config.upstream_serves_dsv4
+        assert isinstance(served, PlacedEngramEmbedding) != DeepseekV41().upstream_serves(config)
         for module in (served, upstream):
             module.weight.weight_loader(module.weight, weight.view(torch.float8_e4m3fn))
             module.scale.weight_loader(module.scale, scale.view(torch.float8_e8m0fnu))
@@ -330,7 +331,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
         mine, theirs = served._owned_rows(ids), upstream._owned_rows(ids)
         assert torch.equal(mine.view(torch.int16), theirs.view(torch.int16))
         seen = table_registry.served()[-1].table
-        if config.upstream_serves_dsv4:  # counted as Engram.embed_rows' hook does
+        if DeepseekV41().upstream_serves(config):  # counted as Engram.embed_rows' hook does
             seen.record(ids.numel(), seen.start())
             row_bytes = layout.head_dim + layout.head_dim // 32
             assert seen.memory() == {"hbm": (end - start) * row_bytes}
@@ -339,7 +340,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
         total["upstream"] = total["upstream"] + theirs.float()
     get_runtime().reset()
     assert torch.equal(total["served"], total["upstream"])
-    if config.upstream_serves_dsv4:
+    if DeepseekV41().upstream_serves(config):
         # each id's row is read by exactly one rank: counted once, by TP rank 0
         assert reads == {0: ids.numel(), 1: 0}
     want = (

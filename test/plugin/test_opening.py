@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from sglang_engram.args.server_config import EngramServerConfig
+from sglang_engram.models.engram_qwen3.family import TinyEngram
 from sglang_engram.tables import served
 
 from engram.fp8 import dequantize_rows
@@ -30,7 +31,12 @@ def test_off_opens_through_the_registered_class(cpu_context, registry) -> None:
 
     layer, rows = random.randint(1, 40), random.randint(1, 999)
     table = open_layer_table(
-        EngramServerConfig(offload="off"), layer, rows=(0, rows), head_dim=64, device=CPU
+        EngramServerConfig(offload="off"),
+        TinyEngram(),
+        layer,
+        rows=(0, rows),
+        head_dim=64,
+        device=CPU,
     )
     assert type(table) is PLACEMENTS["off"] and table.num_rows == rows
     [entry] = registry.served()
@@ -71,7 +77,13 @@ def test_ssd_shard_is_converted_once_with_its_share_of_the_caches(
     with use_context(context):
         for opening in ("converts", "reuses"):
             table = open_layer_table(
-                config, layer, rows=(start, stop), head_dim=64, device=CPU, shard=shard
+                config,
+                TinyEngram(),
+                layer,
+                rows=(start, stop),
+                head_dim=64,
+                device=CPU,
+                shard=shard,
             )
             stamps.append((directory / "rows.bin").stat().st_mtime_ns)
             assert table.placement == "ssd" and table.num_rows == stop - start, opening

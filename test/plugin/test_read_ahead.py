@@ -12,6 +12,7 @@ import pytest
 import torch
 from sglang_engram.args.server_config import EngramServerConfig, use_config
 from sglang_engram.lookahead import ssd_read_ahead as read_ahead
+from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
 from sglang_engram.runtime import get_runtime
 from sglang_engram.tables import served as table_registry
 
@@ -66,7 +67,7 @@ def test_admitted_prompt_rows_come_from_the_prefetch(served) -> None:
     hasher, tables, references = served
     prompt = torch.randint(0, hasher.vocab_size, (200,))
     assert read_ahead.prefetch_prompt(prompt.tolist()) == 0  # no hasher registered yet
-    table_registry.set_hasher(hasher)
+    table_registry.set_hasher(EngramRowHasher(hasher))
     assert read_ahead.prefetch_prompt(prompt.tolist()) == hasher.spec.n_layers
     row_ids = hasher.hash(prompt)
     for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
@@ -82,7 +83,7 @@ def test_decode_steps_read_one_step_ahead(served) -> None:
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     hasher, tables, references = served
-    table_registry.set_hasher(hasher)
+    table_registry.set_hasher(EngramRowHasher(hasher))
     lengths = [1, 2, random.randint(3, 40), random.randint(41, 90)]
     reqs = [
         Req(f"r{k}", "", torch.randint(0, hasher.vocab_size, (n,)).tolist(), SamplingParams())
@@ -119,7 +120,7 @@ def test_finished_requests_are_not_read_ahead(served) -> None:
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     hasher, tables, _ = served
-    table_registry.set_hasher(hasher)
+    table_registry.set_hasher(EngramRowHasher(hasher))
     req = Req("done", "", torch.randint(0, hasher.vocab_size, (9,)).tolist(), SamplingParams())
     req.output_ids.append(random.randrange(hasher.vocab_size))
     req.finished_reason = FINISH_LENGTH(length=1)
@@ -140,7 +141,7 @@ def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
     get_runtime().reset()
     try:
         table_registry.add(spec.layer_ids[0], shard, row_start=start)
-        table_registry.set_hasher(hasher)
+        table_registry.set_hasher(EngramRowHasher(hasher))
         prompt = torch.randint(0, hasher.vocab_size, (300,))
         assert read_ahead.prefetch_prompt(prompt.tolist()) == 1
         ids = hasher.hash(prompt)[:, 0].reshape(-1)
@@ -188,7 +189,7 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
         blocked = positions.unsqueeze(1) < shifts
         windows = prompt[(positions.unsqueeze(1) - shifts).clamp_min(0)]
         want, _ = upstream.hash_windows(windows, blocked)
-        assert torch.equal(ours.hash(prompt), want)
+        assert torch.equal(ours.prompt_rows(prompt.tolist()), want)
     finally:
         get_runtime().reset()
 
@@ -202,7 +203,7 @@ def test_admission_hook_reads_what_the_prefill_will_look_up(served) -> None:
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     hasher, tables, _ = served
-    table_registry.set_hasher(hasher)
+    table_registry.set_hasher(EngramRowHasher(hasher))
     prompt = torch.randint(0, hasher.vocab_size, (random.randint(20, 80),)).tolist()
     req = Req("r", "", prompt, SamplingParams())
     decode_worker = SimpleNamespace(disaggregation_mode=DisaggregationMode.DECODE)

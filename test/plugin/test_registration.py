@@ -117,11 +117,21 @@ def test_doctor_reports_version_and_hooks():
     upstream, ours = "upstream SGLang's EngramEmbedding", "sglang-engram's tables"
     serving = report["serving"]
     assert set(serving) == {"hbm", "dram", "ssd", "off"}
-    assert serving["hbm"]["deepseek_v4.1"] == f"{upstream} (device table)"
-    assert serving["dram"]["deepseek_v4.1"] == f"{upstream} (pinned host table)"
-    assert serving["dram"]["deepseek_v4.1 with --engram-hot-cache-gb"] == ours
-    assert {serving[p]["deepseek_v4.1"] for p in ("ssd", "off")} == {ours}
-    assert {who["tiny"] for who in serving.values()} == {ours}
+    assert serving["hbm"]["deepseek_v41"] == f"{upstream} (device table)"
+    assert serving["dram"]["deepseek_v41"] == f"{upstream} (pinned host table)"
+    assert serving["dram"]["deepseek_v41 with --engram-hot-cache-gb"] == ours
+    assert {serving[p]["deepseek_v41"] for p in ("ssd", "off")} == {ours}
+    assert {who["engram_qwen3"] for who in serving.values()} == {ours}
+    qwen4 = "upstream SGLang's Qwen4ExpNGramEmbedding"
+    assert serving["hbm"]["qwen4_exp"] == f"{qwen4} (device table)"
+    assert serving["dram"]["qwen4_exp"].startswith(f"{qwen4} (Qwen4ExpPinnedHostEmbedding")
+    assert {serving[p]["qwen4_exp"] for p in ("ssd", "off")} == {ours}
+    families = {f["name"]: f for f in report["families"]}
+    assert set(families) == {"engram_qwen3", "deepseek_v41", "qwen4_exp", "longcat_flash"}
+    assert not families["longcat_flash"]["served"]
+    assert {who["longcat_flash"] for who in serving.values()} == {
+        serving["hbm"]["longcat_flash"]
+    } and "leaves it to upstream" in serving["hbm"]["longcat_flash"]
     assert {"hugepages_total", "transparent_hugepages"} <= set(report["host_memory"])
     assert "available" in report["gpu"]
 

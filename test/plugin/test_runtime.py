@@ -12,6 +12,7 @@ from sglang_engram.args.model_facts import model_facts
 from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig, current_config, use_config
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
 from sglang_engram.lookahead import ssd_read_ahead
+from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import weight_filter
 
@@ -110,7 +111,7 @@ def test_another_model_path_is_read_on_its_own(fresh_runtime, tmp_path):
     first, second = _checkpoint("tiny", tmp_path / "a"), _checkpoint("dsv4", tmp_path / "b")
     assert model_facts(str(tmp_path / "a")).hf_config == first
     assert model_facts(str(tmp_path / "b")).hf_config == second
-    assert model_facts(str(tmp_path / "b")).engram_table_count == 2
+    assert model_facts(str(tmp_path / "b")).family.table_layers(second) == (1, 14)
     assert fresh_runtime.config_json_reads == 2
 
 
@@ -133,7 +134,7 @@ def test_reset_forgets_what_serving_built_and_keeps_registration(
     weight, scale = quantize_rows(torch.randn(spec.num_embeddings[0], spec.head_dim))
     table = create_table("ssd", weight, scale, path=tmp_path / "table")
     table_registry.add(layer, table)
-    table_registry.set_hasher(hasher)
+    table_registry.set_hasher(EngramRowHasher(hasher))
     tokens = torch.randint(0, spec.vocab_size, (random.randint(1, 8),)).tolist()
     assert ssd_read_ahead.prefetch_next_step([(tokens, tokens[-1:])]) == 1
     assert table.stats()["prefetch_bytes_held"] > 0

@@ -171,7 +171,8 @@ def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
     """The startup check counts, in on-disk bytes, exactly the tables the table open
     then converts: each TP rank's shard, none that is reused after a restart, every one
     converted from another checkpoint (which the open converts again)."""
-    from sglang_engram.tables.ssd_dirs import checkpoint_source, layer_tables, space_needed
+    from sglang_engram.models.deepseek_v41.family import DeepseekV41
+    from sglang_engram.tables.ssd_dirs import checkpoint_source, space_needed, table_dirs
 
     from engram.ssd.ensure import ensure_table
     from engram.ssd.manifest import TableManifest
@@ -183,37 +184,49 @@ def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
     write_checkpoint(model, config, prefix="")
     write_checkpoint(other, config, prefix="")
     spec = EngramSpec.from_hf_config(fields)
+    family = DeepseekV41()
+
+    def layer_tables(index, tp_size):
+        layer = spec.layer_ids[index]
+        return [
+            (path, shard.rows)
+            for path, shard in table_dirs(ssd, family, config, tp_size)
+            if shard.layer_id == layer
+        ]
+
+    def needed(checkpoint, tp_size):
+        return space_needed(ssd, family, config, str(checkpoint), tp_size)
 
     def on_disk(index, tp_size):
         return sum(
             DiskLayout(rows[1] - rows[0] if rows else spec.num_embeddings[index], 64).file_bytes
-            for _, rows in layer_tables(ssd, spec, index, tp_size)
+            for _, rows in layer_tables(index, tp_size)
         )
 
     def open_all(checkpoint, tp_size):
         for index, layer in enumerate(spec.layer_ids):
-            for path, rows in layer_tables(ssd, spec, index, tp_size):
+            for path, rows in layer_tables(index, tp_size):
                 ensure_table(path, checkpoint_source(checkpoint, layer, rows))
 
-    assert space_needed(ssd, spec, str(model), 2) == (on_disk(0, 2) + on_disk(1, 2), 0)
-    shards = layer_tables(ssd, spec, 0, 2)  # layer 1, as its two ranks convert it
+    assert needed(model, 2) == (on_disk(0, 2) + on_disk(1, 2), 0)
+    shards = layer_tables(0, 2)  # layer 1, as its two ranks convert it
     for path, rows in shards:
         ensure_table(path, checkpoint_source(model, 1, rows))
-    assert space_needed(ssd, spec, str(model), 2) == (on_disk(1, 2), 0)
-    assert space_needed(ssd, spec, str(model), 1) == (on_disk(0, 1) + on_disk(1, 1), 0)
+    assert needed(model, 2) == (on_disk(1, 2), 0)
+    assert needed(model, 1) == (on_disk(0, 1) + on_disk(1, 1), 0)
     open_all(model, 2)
-    paths = [path for i in (0, 1) for path, _ in layer_tables(ssd, spec, i, 2)]
-    assert space_needed(ssd, spec, str(model), 2) == (0, 0)  # a restart reuses them all
+    paths = [path for i in (0, 1) for path, _ in layer_tables(i, 2)]
+    assert needed(model, 2) == (0, 0)  # a restart reuses them all
     server = EngramServerConfig(offload="ssd", ssd_dir=str(ssd))
     check_startup(server, model_path=str(model), tp_size=2)
 
     converted = sum(TableManifest.load(path).data_bytes for path in paths)
-    write, stale = space_needed(ssd, spec, str(other), 2)
+    write, stale = needed(other, 2)
     assert write == on_disk(0, 2) + on_disk(1, 2) and stale >= converted
     check_startup(server, model_path=str(other), tp_size=2)  # room: the old ones go first
     open_all(other, 2)
     for index, layer in enumerate(spec.layer_ids):  # they now hold the other rows
-        for path, rows in layer_tables(ssd, spec, index, 2):
+        for path, rows in layer_tables(index, 2):
             source = checkpoint_source(other, layer, rows).identity()
             assert TableManifest.load(path).source == source
-    assert space_needed(ssd, spec, str(other), 2) == (0, 0)
+    assert needed(other, 2) == (0, 0)

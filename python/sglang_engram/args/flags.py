@@ -166,9 +166,16 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
         raise SystemExit(f"sglang-engram: error: {exc}") from None
     config.export(server_args)
     use_config(config)
+    family = model_facts(getattr(args, "model_path", None)).family
+    if family is not None and family.served:
+        for change in family.configure_server(server_args, config):
+            logger.info("sglang-engram: %s: %s", family.title, change)
     graph_policy(server_args, config)
-    facts = model_facts(getattr(args, "model_path", None))
-    served = f", served by {config.implementation(facts.is_tiny)}" if facts.has_engram else ""
+    served = (
+        f"; {family.title}'s {family.tables} tables served by {family.implementation(config)}"
+        if family is not None
+        else ""
+    )
     logger.info("%s%s", config.describe(), served)
 
 
@@ -188,10 +195,10 @@ def graph_policy(server_args: Any, config: EngramServerConfig) -> None:
     """
     from sglang_engram.args.model_facts import model_facts
 
-    facts = model_facts(getattr(server_args, "model_path", None))
-    if not config.enabled or not facts.has_engram or server_args.disable_cuda_graph:
+    family = model_facts(getattr(server_args, "model_path", None)).family
+    if family is None or not family.served or not config.enabled or server_args.disable_cuda_graph:
         return
-    if not (facts.is_tiny or config.offload == "ssd"):
+    if not (family.eager or config.offload == "ssd"):
         return
     chosen = (
         getattr(server_args, "cuda_graph_config", None),
@@ -208,5 +215,5 @@ def graph_policy(server_args: Any, config: EngramServerConfig) -> None:
             )
         return
     server_args.disable_cuda_graph = True
-    why = "its ssd tables are read from files" if config.offload == "ssd" else "tiny model"
+    why = "its ssd tables are read from files" if config.offload == "ssd" else family.title
     logger.warning("sglang-engram: CUDA graphs are off (%s)", why)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engram.presets import DSV41_FLASH
-from engram.spec import has_engram
+from sglang_engram.models.family import ModelFamily
+from sglang_engram.models.registry import family_of
 from sglang_engram.runtime import get_runtime
 
 
@@ -28,24 +28,15 @@ class ModelFacts:
     hf_config: dict[str, Any] | None
 
     @property
-    def has_engram(self) -> bool:
-        return self.hf_config is not None and has_engram(self.hf_config)
+    def family(self) -> ModelFamily | None:
+        """The model family of the checkpoint (``None``: no n-gram tables, or no local
+        config to read)."""
+        return family_of(self.hf_config)
 
     @property
-    def is_tiny(self) -> bool:
-        """The tiny Engram model (every TP rank holds whole tables) rather than
-        DeepSeek-V4.1 (each rank holds a shard)."""
-        from sglang_engram.models import ARCHITECTURES
-
-        return bool(set((self.hf_config or {}).get("architectures") or ()) & set(ARCHITECTURES))
-
-    @property
-    def engram_table_count(self) -> int:
-        """How many Engram layers the checkpoint has; the DeepSeek-V4.1-Flash count when
-        there is nothing local to read."""
-        return len(
-            (self.hf_config or {}).get("engram_layer_ids") or DSV41_FLASH["engram_layer_ids"]
-        )
+    def serves_tables(self) -> bool:
+        """Whether the plugin places this checkpoint's n-gram tables (a family it serves)."""
+        return self.family is not None and self.family.served
 
 
 def model_facts(model_path: str | None) -> ModelFacts:

@@ -28,9 +28,6 @@ SERVER_ARGS_ATTR = "_engram_config"
 DEFAULT_OFFLOAD = "dram"
 DEFAULT_RAM_CACHE_GB = 4.0
 ROLES = ("null", "prefill", "decode")
-# which code serves a model's Engram tables (startup log, doctor)
-UPSTREAM_IMPLEMENTATION = "upstream SGLang's EngramEmbedding"
-OUR_IMPLEMENTATION = "sglang-engram's tables"
 
 
 @dataclass(frozen=True)
@@ -66,20 +63,6 @@ class EngramServerConfig:
     @property
     def ram_cache_gb_or_default(self) -> float:
         return DEFAULT_RAM_CACHE_GB if self.ram_cache_gb is None else self.ram_cache_gb
-
-    @property
-    def upstream_serves_dsv4(self) -> bool:
-        """Whether upstream SGLang's own ``EngramEmbedding`` serves DeepSeek-V4.1's tables:
-        ``hbm`` (its device table) and ``dram`` (its pinned host table) unless the HBM hot
-        cache, which only our tables have, is asked for. Ours serve ``ssd`` and ``off``."""
-        return self.offload == "hbm" or (self.offload == "dram" and not self.hot_cache_gb)
-
-    def implementation(self, tiny: bool) -> str:
-        """Which code serves the tables of the tiny model (``tiny``) or DeepSeek-V4.1."""
-        if tiny or not self.upstream_serves_dsv4:
-            return OUR_IMPLEMENTATION
-        table = "device" if self.offload == "hbm" else "pinned host"
-        return f"{UPSTREAM_IMPLEMENTATION} ({table} table)"
 
     @property
     def role_name(self) -> str:

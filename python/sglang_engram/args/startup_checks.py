@@ -13,13 +13,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from engram.errors import EngramConfigError, EngramError
 from engram.files import GIB, nearest_existing
-from engram.spec import EngramSpec
 from sglang_engram.args.model_facts import model_facts
 from sglang_engram.args.server_config import EngramServerConfig
+from sglang_engram.models.family import HfConfig, ModelFamily
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
     _check_numbers(config)
     _check_read(config)
     facts = model_facts(model_path)
-    hf_config = facts.hf_config
+    hf_config, family = facts.hf_config, facts.family
     if config.offload == "ssd" and model_path and hf_config is None:
         raise EngramStartupError(
             f"--engram-offload ssd converts the tables from the checkpoint's files, but "
@@ -48,20 +47,17 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
             "model first (huggingface-cli download ORG/NAME --local-dir DIR) and pass "
             "--model-path DIR"
         )
-    if hf_config is not None and not facts.has_engram:
+    if hf_config is not None and not facts.serves_tables:
         if config.offload_explicit or config.ssd_dir or config.hot_cache_gb:
-            logger.warning(
-                "--engram-* flags ignored: %s has no Engram layers (no engram_layer_ids "
-                "in its config.json); serving it normally",
-                model_path,
-            )
+            logger.warning(_ignored_flags(model_path, family, config))
         return
-    spec = _spec_or_none(hf_config)
-    if spec is not None and config.enabled:
-        check_servable(spec, hf_config)
+    if family is not None and hf_config is not None:
+        try:
+            family.check_config(hf_config, config)
+        except EngramConfigError as exc:
+            raise EngramStartupError(str(exc)) from exc
     if config.offload == "ssd":
-        sharded = tp_size if not facts.is_tiny else 1
-        check_ssd_dir(config.ssd_dir, spec, model_path, sharded)
+        check_ssd_dir(config.ssd_dir, family, hf_config, model_path, tp_size)
     elif config.ssd_dir:
         logger.warning("--engram-ssd-dir is ignored with --engram-offload %s", config.offload)
     if config.ssd_read is not None and config.offload != "ssd":
@@ -84,6 +80,20 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
         logger.warning(OFF_ON_PREFILL_WARNING)
 
 
+def _ignored_flags(
+    model_path: str | None, family: ModelFamily | None, config: EngramServerConfig
+) -> str:
+    if family is None:
+        return (
+            f"--engram-* flags ignored: {model_path} has no Engram layers (its config.json "
+            "declares no n-gram tables of a family the plugin serves); serving it normally"
+        )
+    return (
+        f"--engram-* flags ignored: {model_path} is {family.title}, whose {family.tables} "
+        f"is served by {family.implementation(config)}; serving it normally"
+    )
+
+
 def _check_numbers(config: EngramServerConfig) -> None:
     for flag, value in (
         ("--engram-hot-cache-gb", config.hot_cache_gb),
@@ -102,39 +112,10 @@ def _check_read(config: EngramServerConfig) -> None:
         )
 
 
-def _spec_or_none(hf_config: dict[str, Any] | None) -> EngramSpec | None:
-    if hf_config is None:
-        return None
-    try:
-        return EngramSpec.from_hf_config(hf_config)
-    except EngramConfigError as exc:
-        raise EngramStartupError(f"the model's Engram config is inconsistent: {exc}") from exc
-
-
-def check_servable(spec: EngramSpec, hf_config: dict[str, Any]) -> None:
-    """What SGLang's Engram path can run: its hash kernel (CUDA) takes N and the head
-    count as powers of two, and its Engram layer is the V4.1 variant."""
-    for flag, value in (
-        ("engram_max_ngram_size", spec.max_ngram_size),
-        ("engram_n_heads", spec.n_heads),
-    ):
-        if value & (value - 1):
-            raise EngramStartupError(
-                f"the model's {flag} is {value}: SGLang's Engram hash kernel needs a power "
-                "of two; rebuild the model (python -m engram.model build) with 2, 4 or 8, "
-                "or pass --engram-offload off"
-            )
-    variant = hf_config.get("engram_variant", "v41")
-    if variant != "v41":
-        raise EngramStartupError(
-            f"the model's engram_variant is {variant!r}: SGLang serves the V4.1 Engram "
-            "layer only (the core library runs the others: python -m engram.model generate)"
-        )
-
-
 def check_ssd_dir(
     ssd_dir: str | None,
-    spec: EngramSpec | None,
+    family: ModelFamily | None,
+    hf_config: HfConfig | None,
     model_path: str | None = None,
     tp_size: int = 1,
 ) -> None:
@@ -162,14 +143,14 @@ def check_ssd_dir(
             f"--engram-ssd-dir {ssd_dir} is not writable ({exc.strerror or exc}); "
             "choose a directory this user can write"
         ) from exc
-    if spec is None:
+    if family is None or hf_config is None:
         return
     from sglang_engram.tables.ssd_dirs import space_needed
 
     try:
         # NOTE: need and have in the same units: page-padded bytes on disk, for the
         # tables the table open will (re)convert; outdated ones stay until then.
-        needed, stale = space_needed(path, spec, model_path, tp_size)
+        needed, stale = space_needed(path, family, hf_config, model_path, tp_size)
     except EngramError as exc:
         raise EngramStartupError(str(exc)) from exc
     free = shutil.disk_usage(base).free

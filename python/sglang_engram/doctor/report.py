@@ -38,19 +38,29 @@ def hook_report() -> dict[str, str]:
 
 
 def serving_report(placements: list[str]) -> dict[str, dict[str, str]]:
-    """Per placement, which code serves the tables of DeepSeek-V4.1 (without and with
-    the HBM hot cache) and of the tiny model."""
+    """Per placement, which code serves each model family's tables (keyed by family
+    name; ``<name> with --engram-hot-cache-gb`` where the HBM hot cache changes it)."""
     from sglang_engram.args.server_config import EngramServerConfig
+    from sglang_engram.models.registry import FAMILIES
 
-    report = {}
+    report: dict[str, dict[str, str]] = {}
     for name in placements:
         plain, cached = EngramServerConfig(offload=name), EngramServerConfig(name, hot_cache_gb=1)
-        report[name] = {
-            "deepseek_v4.1": plain.implementation(tiny=False),
-            "deepseek_v4.1 with --engram-hot-cache-gb": cached.implementation(tiny=False),
-            "tiny": plain.implementation(tiny=True),
-        }
+        who = report[name] = {}
+        for family in FAMILIES:
+            who[family.name] = family.implementation(plain)
+            if family.implementation(cached) != who[family.name]:
+                who[f"{family.name} with --engram-hot-cache-gb"] = family.implementation(cached)
     return report
+
+
+def families_report() -> list[dict[str, Any]]:
+    """Every model family the plugin knows: its title, its tables, whether it places them."""
+    from sglang_engram.models.registry import FAMILIES
+
+    return [
+        {"name": f.name, "title": f.title, "tables": f.tables, "served": f.served} for f in FAMILIES
+    ]
 
 
 def kernel_report() -> dict[str, Any]:
@@ -144,6 +154,7 @@ def collect(apply_hooks: bool = True) -> dict[str, Any]:
         "entry_point": plugin_entry_point(),
         "serve_backend": plugin_entry_point("sglang.serve_backends"),
         "placements": placement_names(),
+        "families": families_report(),
         "serving": serving_report(placement_names()),
         "hooks": hook_report() if apply_hooks else {},
         "sgl_kernel": kernel_report(),
@@ -156,9 +167,10 @@ def collect(apply_hooks: bool = True) -> dict[str, Any]:
     return report
 
 
-def _served_by(who: dict[str, str]) -> str:
-    plain, cached = who["deepseek_v4.1"], who["deepseek_v4.1 with --engram-hot-cache-gb"]
-    return plain if plain == cached else f"{plain}; {cached} with --engram-hot-cache-gb > 0"
+def _served_by(family: dict[str, Any], who: dict[str, str]) -> str:
+    plain = who[family["name"]]
+    cached = who.get(f"{family['name']} with --engram-hot-cache-gb")
+    return plain if cached is None else f"{plain}; {cached} with --engram-hot-cache-gb > 0"
 
 
 def render(report: dict[str, Any]) -> str:
@@ -168,8 +180,19 @@ def render(report: dict[str, Any]) -> str:
         f"sglang serve backend: {report['serve_backend'] or 'MISSING'}",
         f"placements: {', '.join(report['placements'])}",
         *(
-            f"  {name:<5} DeepSeek-V4.1: {_served_by(who)}; tiny model: {who['tiny']}"
+            f"  {name:<5} "
+            + "; ".join(
+                f"{family['title']}: {_served_by(family, who)}"
+                for family in report["families"]
+                if family["served"]
+            )
             for name, who in report["serving"].items()
+        ),
+        *(
+            f"  {family['title']} ({family['tables']}): {who_serves}"
+            for family in report["families"]
+            if not family["served"]
+            for who_serves in {report["serving"][report["placements"][0]][family["name"]]}
         ),
         "hooks:",
         *(

@@ -1,50 +1,16 @@
-"""Every place the plugin touches SGLang, as data.
+"""Every place the plugin touches SGLang, as data: the shared hooks, and each model
+family's own (:attr:`sglang_engram.models.family.ModelFamily.hooks`).
 
-Each :class:`Hook` names an upstream module, an attribute path inside it, our
-function (as ``"module:name"``, imported only when the upstream module is) and how it
-is applied: one of SGLang's ``HookType`` names, or ``CALL`` for a registration that
-runs our function once with the upstream module. ``test_hook_targets`` resolves every
-target against the installed SGLang, so an upstream rename fails CI loudly.
+``test_hook_targets`` resolves every target against the installed SGLang, so an
+upstream rename fails CI loudly.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from typing import Any
+from sglang_engram.integration.hook import CALL, Hook
+from sglang_engram.models.registry import FAMILIES
 
-CALL = "CALL"
-
-
-@dataclass(frozen=True)
-class Hook:
-    module: str
-    attr: str
-    ours: str
-    kind: str
-    why: str
-
-    @property
-    def target(self) -> str:
-        return f"{self.module}.{self.attr}"
-
-    def resolve_target(self) -> Any:
-        """The upstream object (imports its module); raises if it does not exist."""
-        obj: Any = importlib.import_module(self.module)
-        for part in self.attr.split("."):
-            obj = getattr(obj, part)
-        return obj
-
-    @property
-    def ours_module(self) -> str:
-        return self.ours.partition(":")[0]
-
-    def resolve_ours(self) -> Any:
-        module, _, name = self.ours.partition(":")
-        return getattr(importlib.import_module(module), name)
-
-
-HOOKS: tuple[Hook, ...] = (
+SHARED_HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.server_args",
         "ServerArgs.add_cli_args",
@@ -60,18 +26,11 @@ HOOKS: tuple[Hook, ...] = (
         "validate the flags and carry them to the scheduler processes",
     ),
     Hook(
-        "sglang.srt.utils.hf_transformers.config",
-        "get_config",
-        "sglang_engram.models.engram_qwen3.hf_config:register_config",
-        CALL,
-        "teach transformers' AutoConfig the engram_qwen3 model type",
-    ),
-    Hook(
         "sglang.srt.models.registry",
         "ModelRegistry.models",
         "sglang_engram.models:register_architectures",
         CALL,
-        "register the EngramQwen3ForCausalLM architecture",
+        "register the model architectures of the plugin's own families (the tiny model)",
     ),
     Hook(
         "sglang.srt.model_loader.weight_utils",
@@ -102,28 +61,6 @@ HOOKS: tuple[Hook, ...] = (
         "the same with --load-format instanttensor",
     ),
     Hook(
-        "sglang.srt.layers.engram",
-        "EngramEmbedding",
-        "sglang_engram.models.deepseek_v41.layers:PlacedEngramEmbedding",
-        "REPLACE",
-        "put DeepSeek-V4.1's Engram tables in the --engram-offload placement (upstream's "
-        "own class for hbm and dram, ours for ssd, off and the hot cache)",
-    ),
-    Hook(
-        "sglang.srt.layers.engram",
-        "Engram.embed_rows",
-        "sglang_engram.models.deepseek_v41.upstream_embedding:count_lookups",
-        "AROUND",
-        "count the lookups of the tables upstream's EngramEmbedding serves for /metrics",
-    ),
-    Hook(
-        "sglang.srt.layers.engram",
-        "Engram.forward",
-        "sglang_engram.models.deepseek_v41.layers:engram_forward",
-        "AROUND",
-        "make DeepSeek-V4.1's Engram layers the identity when Engram is off",
-    ),
-    Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler._add_request_to_queue",
         "sglang_engram.lookahead.ssd_read_ahead:after_add_request_to_queue",
@@ -144,13 +81,6 @@ HOOKS: tuple[Hook, ...] = (
         "AFTER",
         "answer the requests of a batch whose Engram lookup failed (damaged SSD table, I/O "
         "error) with a 500 instead of a dead scheduler",
-    ),
-    Hook(
-        "sglang.srt.models.deepseek_v4",
-        "DeepseekV4Model.__init__",
-        "sglang_engram.models.deepseek_v41.layers:after_model_init",
-        "AFTER",
-        "hash DeepSeek-V4.1's prompts for the SSD read-ahead with its Engram constants",
     ),
     Hook(
         "sglang.srt.managers.tokenizer_manager",
@@ -175,3 +105,8 @@ HOOKS: tuple[Hook, ...] = (
         "export the Engram counters on SGLang's Prometheus /metrics",
     ),
 )
+
+# NOTE: the shared hooks first: the flags must exist before a family's hook reads them.
+HOOKS: tuple[Hook, ...] = SHARED_HOOKS + tuple(h for f in FAMILIES for h in f.hooks)
+
+__all__ = ["CALL", "HOOKS", "SHARED_HOOKS", "Hook"]

@@ -4,8 +4,8 @@
 the ``--engram-*`` flags; this serve backend (entry point group
 ``sglang.serve_backends``) can: ``sglang serve --model-type engram --help`` is the
 server's help with them. Its detector claims checkpoints whose ``config.json`` has
-Engram layers, so ``sglang serve <Engram checkpoint> --engram-offload dram`` selects it
-by itself. Serving is SGLang's own LLM path; only the plugin loading comes first.
+n-gram tables of a family the plugin serves (DeepSeek-V4.1, Qwen3.8-Flash-Next, the tiny
+model), so ``sglang serve <checkpoint> --engram-offload ssd`` selects it by itself. Serving is SGLang's own LLM path; only the plugin loading comes first.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def run(request: ServeRequest) -> None:
 
 
 def detect(request: ServeRequest) -> ServeBackendDetection:
-    """MATCH for a local checkpoint with Engram layers; UNKNOWN when there is no local
+    """MATCH for a local checkpoint of a family whose tables the plugin places; UNKNOWN when there is no local
     ``config.json`` to read (a hub id: SGLang's LLM backend serves it, plugin loaded)."""
     if request.model_path is None:
         return ServeBackendDetection.UNKNOWN
@@ -54,4 +54,4 @@ def detect(request: ServeRequest) -> ServeBackendDetection:
         return ServeBackendDetection.UNKNOWN
     if facts.hf_config is None:
         return ServeBackendDetection.UNKNOWN
-    return ServeBackendDetection.MATCH if facts.has_engram else ServeBackendDetection.NO_MATCH
+    return ServeBackendDetection.MATCH if facts.serves_tables else ServeBackendDetection.NO_MATCH

@@ -7,9 +7,10 @@ Row ids depend on token ids alone, so they are known early:
 - **one decode step ahead**: as soon as a step's tokens are sampled, the rows the next
   step looks up (the n-grams ending at each new token) follow from them.
 
-The scheduler process hashes those tokens with the served model's hasher
-(``tables.served.hasher()``) and every prefetching (``ssd``) table starts reading the
-rows in the background; the lookups take them from the table's prefetch handles.
+The scheduler process hashes those tokens with the served model family's
+:class:`~sglang_engram.lookahead.row_hasher.RowHasher` (``tables.served.hasher()``) and
+every prefetching (``ssd``) table starts reading the rows in the background; the lookups
+take them from the table's prefetch handles.
 Tables without ``prefetch`` (hbm, dram) need no read-ahead, and nothing is hashed
 when no table prefetches.
 """
@@ -21,7 +22,6 @@ from collections.abc import Sequence
 
 import torch
 
-from engram.hashing import NgramHasher
 from engram.ssd.prefetch import PrefetchHandle
 from sglang_engram.runtime import get_runtime
 from sglang_engram.tables import served
@@ -36,7 +36,7 @@ def _targets() -> list[Target]:
     hasher = served.hasher()
     if hasher is None:
         return []
-    layer_ids = hasher.spec.layer_ids
+    layer_ids = hasher.layer_ids
     return [
         (layer_ids.index(entry.layer_id), entry.table, entry.row_start)
         for entry in served.served()
@@ -58,24 +58,13 @@ def _prefetch(targets: list[Target], row_ids: torch.Tensor) -> list[tuple[object
     return started
 
 
-def _token_ids(hasher: NgramHasher, ids: Sequence[int]) -> torch.Tensor:
-    """``ids`` as the hasher reads them: SGLang's multimodal pad ids (past the
-    vocabulary) are the model's image token, as in upstream's hasher."""
-    tokens = torch.as_tensor(ids, dtype=torch.int64, device="cpu")
-    if hasher.image_token_id is not None:
-        tokens = tokens.masked_fill(tokens >= hasher.vocab_size, hasher.image_token_id)
-    return tokens
-
-
 def prefetch_prompt(token_ids: Sequence[int]) -> int:
     """Start reading the rows of ``token_ids`` (a whole prompt, from its start) in every
     prefetching table; returns how many tables started."""
     targets = _targets()
     if not targets or not token_ids:
         return 0
-    hasher = served.hasher()
-    row_ids = hasher.hash(_token_ids(hasher, token_ids))
-    return len(_prefetch(targets, row_ids))
+    return len(_prefetch(targets, served.hasher().prompt_rows(token_ids)))
 
 
 def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> int:
@@ -85,21 +74,16 @@ def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]])
     targets = _targets()
     if not targets:
         return 0
-    hasher = served.hasher()
-    n = hasher.window
-    tails = []
-    for prompt, output in sequences:
-        # NOTE: only the last N tokens matter; slicing keeps this O(N) per request.
-        tail = (list(prompt[-n:]) + list(output[-n:]))[-n:]
-        if tail:
-            tails.append(_token_ids(hasher, tail))
+    n = served.hasher().window
+    # NOTE: only the last N tokens matter; slicing keeps this O(N) per request.
+    tails = [
+        tail
+        for prompt, output in sequences
+        if (tail := (list(prompt[-n:]) + list(output[-n:]))[-n:])
+    ]
     if not tails:
         return 0
-    row_ids = hasher.hash_batch(
-        torch.stack([tail[-1] for tail in tails]),
-        torch.ones(len(tails), dtype=torch.int64, device="cpu"),
-        torch.stack([hasher.history_row(tail[:-1]) for tail in tails]),
-    )
+    row_ids = served.hasher().step_rows(tails)
     started = _prefetch(targets, row_ids)
     # NOTE: one live decode handle per table (the runtime holds them): the next step's
     # handle replaces (releases) the previous one, so handles never pile up in front of

@@ -1,19 +1,20 @@
-"""SGLang model architectures of the plugin (imported when SGLang's registry is)."""
+"""The model families the plugin serves, one folder each (``registry`` lists them), and
+the SGLang model architectures of our own (the tiny model), registered when SGLang's
+model registry is imported."""
 
 from __future__ import annotations
 
-ARCHITECTURES = {"EngramQwen3ForCausalLM": "sglang_engram.models.engram_qwen3.model"}
-
 
 def register_architectures() -> None:
-    """Put our architectures into SGLang's ``ModelRegistry`` (keeps upstream's own)."""
+    """Put every family's own architectures into SGLang's ``ModelRegistry`` (keeps
+    upstream's)."""
     import importlib
 
     from sglang.srt.models.registry import ModelRegistry
 
-    from sglang_engram.models.engram_qwen3.hf_config import register_config
+    from sglang_engram.models.registry import FAMILIES
 
-    register_config()
-    for arch, module_name in ARCHITECTURES.items():
-        if arch not in ModelRegistry.models:
-            ModelRegistry.models[arch] = getattr(importlib.import_module(module_name), arch)
+    for family in FAMILIES:
+        for arch, module_name in family.architectures.items():
+            if arch not in ModelRegistry.models:
+                ModelRegistry.models[arch] = getattr(importlib.import_module(module_name), arch)

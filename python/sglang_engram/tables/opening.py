@@ -1,4 +1,4 @@
-"""Open one Engram layer's table in the configured placement: the one way both models do.
+"""Open one layer's table in the configured placement: the one way every family does.
 
 ``hbm`` and ``dram`` tables are built from the rows the model loader read; ``ssd``
 tables are converted straight from the checkpoint files (first start) or reopened
@@ -16,12 +16,14 @@ from engram.ssd.readers import DEFAULT_READER
 from engram.tables import EngramTable, TableOptions, open_table
 from sglang_engram.args.model_facts import model_facts
 from sglang_engram.args.server_config import EngramServerConfig
+from sglang_engram.models.family import ModelFamily
 from sglang_engram.tables import served
 from sglang_engram.tables.ssd_dirs import checkpoint_source
 
 
 def open_layer_table(
     config: EngramServerConfig,
+    family: ModelFamily,
     layer_id: int,
     *,
     rows: tuple[int, int],
@@ -36,7 +38,7 @@ def open_layer_table(
     the loaded ``weight`` and ``scale`` (hbm, dram) or from the checkpoint (ssd)."""
     model_path = serving_model_path()
     options = layer_table_options(
-        config, layer_id, rows=rows, head_dim=head_dim, device=device, shard=shard,
+        config, family, layer_id, rows=rows, head_dim=head_dim, device=device, shard=shard,
         model_path=model_path,
     )  # fmt: skip
     table = open_table(options, weight, scale)
@@ -46,6 +48,7 @@ def open_layer_table(
 
 def layer_table_options(
     config: EngramServerConfig,
+    family: ModelFamily,
     layer_id: int,
     *,
     rows: tuple[int, int],
@@ -56,7 +59,8 @@ def layer_table_options(
 ) -> TableOptions:
     """The :class:`TableOptions` of :func:`open_layer_table`: this table's share of the
     HBM hot cache and, for ssd, of the RAM cache and the read-ahead budget."""
-    tables = engram_table_count(model_path)
+    # NOTE: the family's own count when there is no local config.json (a hub id).
+    tables = len(family.table_layers(model_facts(model_path).hf_config))
     num_rows, hot_cache_bytes = rows[1] - rows[0], config.hot_cache_bytes // tables
     if config.offload != "ssd":
         return TableOptions(
@@ -73,12 +77,6 @@ def layer_table_options(
         ram_cache_bytes=config.ram_cache_bytes // tables,
         prefetch_bytes=DEFAULT_PREFETCH_BYTES // tables,
     )  # fmt: skip
-
-
-def engram_table_count(model_path: str) -> int:
-    """How many Engram layers the served checkpoint has (its config.json); the
-    DeepSeek-V4.1-Flash count when the path is a hub id (nothing local to read)."""
-    return model_facts(model_path).engram_table_count
 
 
 def serving_model_path() -> str:

@@ -10,9 +10,9 @@ from typing import Protocol
 import torch
 
 from engram.files import GIB
-from engram.hashing import NgramHasher
 from engram.ssd.prefetch import PrefetchHandle
 from engram.tables import TableCounters
+from sglang_engram.lookahead.row_hasher import RowHasher
 from sglang_engram.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -58,14 +58,14 @@ def served() -> list[ServedTable]:
         return list(state.entries)
 
 
-def set_hasher(hasher: NgramHasher) -> None:
-    """The hasher of the served model (for reading SSD rows ahead: ``ssd_read_ahead``)."""
+def set_hasher(hasher: RowHasher) -> None:
+    """The row hasher of the served model (for reading SSD rows ahead: ``ssd_read_ahead``)."""
     state = get_runtime().tables
     with state.lock:
         state.hasher = hasher
 
 
-def hasher() -> NgramHasher | None:
+def hasher() -> RowHasher | None:
     state = get_runtime().tables
     with state.lock:
         return state.hasher

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from engram.errors import EngramTableError
-from engram.spec import EngramSpec
-from engram.ssd.directory import shard_name, table_dir
+from engram.ssd.directory import table_dir
+from sglang_engram.models.family import HfConfig, ModelFamily, TableShard
 from sglang_engram.runtime import get_runtime
 
 
@@ -67,46 +67,38 @@ def _checkpoint_tables(checkpoint: Path) -> dict[int, Any]:
         return state.checkpoints[key]
 
 
-def layer_tables(
-    ssd_dir: Path, spec: EngramSpec, index: int, tp_size: int
-) -> list[tuple[Path, tuple[int, int] | None]]:
-    """Layer ``index``'s table directories and the rows each holds (``None``: all):
-    one per TP rank when the tables are sharded (``tp_size > 1``), else one."""
-    layer = spec.layer_ids[index]
-    if tp_size == 1:
-        return [(table_dir(ssd_dir, layer), None)]
-    from sglang.srt.layers.engram import shard_range
-
-    bounds = (*spec.offsets[index].tolist(), spec.num_embeddings[index])
+def table_dirs(
+    ssd_dir: Path, family: ModelFamily, hf_config: HfConfig, tp_size: int
+) -> list[tuple[Path, TableShard]]:
+    """Every table directory of the model under ``ssd_dir`` and what it holds: one per
+    layer, or one per TP rank and layer when the family shards its tables."""
     return [
-        (
-            table_dir(ssd_dir, layer, shard_name(rank, tp_size)),
-            shard_range(spec.num_embeddings[index], bounds, rank, tp_size),
-        )
-        for rank in range(tp_size)
+        (table_dir(ssd_dir, shard.layer_id, shard.shard), shard)
+        for shard in family.table_shards(hf_config, tp_size)
     ]
 
 
 def space_needed(
-    ssd_dir: Path, spec: EngramSpec, model_path: str | None, tp_size: int = 1
+    ssd_dir: Path,
+    family: ModelFamily,
+    hf_config: HfConfig,
+    model_path: str | None,
+    tp_size: int = 1,
 ) -> tuple[int, int]:
     """(bytes still to write, bytes of outdated tables that are removed first) for every
     table of this model under ``ssd_dir`` (each TP rank's shard when the tables are
     sharded), in the page-padded on-disk layout, as the table open will decide."""
     from engram.ssd.ensure import decide
-    from engram.ssd.layout import DiskLayout
 
     readable = bool(model_path) and any(Path(model_path).glob("*.safetensors"))
     write = stale = 0
-    for index, layer in enumerate(spec.layer_ids):
-        for path, rows in layer_tables(ssd_dir, spec, index, tp_size):
-            if not readable:
-                # NOTE: no rows to compare a table with, so none counts as reusable
-                # (serving converts from the checkpoint's files and fails without them).
-                count = spec.num_embeddings[index] if rows is None else rows[1] - rows[0]
-                write += DiskLayout(count, spec.head_dim).file_bytes
-                continue
-            decision = decide(path, checkpoint_source(model_path, layer, rows))
-            write += decision.write_bytes
-            stale += decision.stale_bytes
+    for path, shard in table_dirs(ssd_dir, family, hf_config, tp_size):
+        if not readable:
+            # NOTE: no rows to compare a table with, so none counts as reusable
+            # (serving converts from the checkpoint's files and fails without them).
+            write += family.disk_bytes(hf_config, shard)
+            continue
+        decision = decide(path, checkpoint_source(model_path, shard.layer_id, shard.rows))
+        write += decision.write_bytes
+        stale += decision.stale_bytes
     return write, stale

@@ -1,14 +1,14 @@
-"""Skip Engram table tensors in the checkpoint before they are read.
+"""Skip table tensors in the checkpoint before they are read.
 
-With ``--engram-offload off`` (and for an ssd table already converted) the table
-weights must cost neither host nor device memory, so their tensors are never
-materialised: every safetensors iterator of SGLang is wrapped to leave them out.
+With ``--engram-offload off`` and ``ssd`` the table rows must cost neither host nor
+device memory, so their tensors are never materialised: every safetensors iterator of
+SGLang is wrapped to leave them out. Which tensors hold table rows, and of which layer,
+each model family says (:func:`sglang_engram.models.registry.table_tensor_layer`).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,15 +17,10 @@ from typing import Any
 
 import torch
 
+from sglang_engram.models.registry import table_tensor_layer
 from sglang_engram.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
-
-# NOTE: the table tensors of both the tiny model and DeepSeek-V4.1 end this way; the
-# wkv projection and gate weights (".engram.wkv.", ".engram.q_weight") do not match.
-TABLE_TENSOR = re.compile(r"\.engram\.embed\.(weight|scale)$")
-
-_LAYER = re.compile(r"layers\.(\d+)\.engram\.embed\.")
 
 
 def skip_tables(*, all_tables: bool = False, layers: set[int] | None = None) -> None:
@@ -40,14 +35,12 @@ def skip_tables(*, all_tables: bool = False, layers: set[int] | None = None) -> 
 
 
 def is_skipped(name: str) -> bool:
-    if not TABLE_TENSOR.search(name):
+    layer = table_tensor_layer(name)
+    if layer is None:
         return False
     state = get_runtime().skips
     with state.lock:
-        if state.all_tables:
-            return True
-        match = _LAYER.search(name)
-        return match is not None and int(match.group(1)) in state.layers
+        return state.all_tables or layer in state.layers
 
 
 def _active() -> bool:
@@ -57,11 +50,11 @@ def _active() -> bool:
 
 
 def _holds_tables(path: str) -> bool:
-    """Whether a safetensors file holds any Engram table tensor (reads its header)."""
+    """Whether a safetensors file holds any table tensor (reads its header)."""
     import safetensors
 
     with safetensors.safe_open(path, framework="pt", device="cpu") as f:
-        return any(TABLE_TENSOR.search(name) for name in f.keys())  # noqa: SIM118
+        return any(table_tensor_layer(name) is not None for name in f.keys())  # noqa: SIM118
 
 
 def _kept_tensors(path: str) -> tuple[list[tuple[str, torch.Tensor]], int]:
@@ -93,7 +86,7 @@ def _filtered(files: list[str], workers: int) -> Iterator[tuple[str, torch.Tenso
                 window.append(pool.submit(_kept_tensors, following))
             skipped += count
             yield from kept
-    logger.info("sglang-engram: left %d Engram table tensors unread", skipped)
+    logger.info("sglang-engram: left %d table tensors unread", skipped)
 
 
 def skip_engram_tables(

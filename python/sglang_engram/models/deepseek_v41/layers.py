@@ -2,7 +2,7 @@
 
 SGLang builds one ``EngramEmbedding`` per Engram layer (inside ``Engram``); the
 plugin replaces that name with :class:`PlacedEngramEmbedding`, which picks the code
-that serves the placement (``EngramServerConfig.upstream_serves_dsv4``):
+that serves the placement (``DeepseekV41.upstream_serves``):
 
 - ``hbm``, and ``dram`` without a hot cache: upstream's own class
   (:mod:`sglang_engram.models.deepseek_v41.upstream_embedding`), its device or pinned host table;
@@ -37,10 +37,14 @@ from engram.tables.dram import packed_host_rows
 from sglang_engram.args.server_config import EngramServerConfig, current_config
 from sglang_engram.integration import lookup_failures
 from sglang_engram.models.deepseek_v41 import upstream_embedding
+from sglang_engram.models.deepseek_v41.family import DeepseekV41
+from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
 from sglang_engram.tables import served, weight_filter
 from sglang_engram.tables.opening import open_layer_table
 
 logger = logging.getLogger(__name__)
+
+FAMILY = DeepseekV41()
 
 
 class PlacedEngramEmbedding(EngramEmbedding):
@@ -48,7 +52,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
 
     def __new__(cls, *args: object, **kwargs: object) -> EngramEmbedding:
         config = current_config()
-        if cls is PlacedEngramEmbedding and config.upstream_serves_dsv4:
+        if cls is PlacedEngramEmbedding and FAMILY.upstream_serves(config):
             # NOTE: SGLang builds every layer's table through the one name
             # ``EngramEmbedding`` (in ``Engram.__init__``), and a class is replaced by a
             # subclass (SGLang's hook registry warns that a function there breaks
@@ -119,7 +123,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
             "sglang-engram: %s Engram table in %s: %s, %s",
             label,
             self.placement,
-            self.config.implementation(tiny=False),
+            FAMILY.implementation(self.config),
             self.table.memory() if self.table is not None else "nothing held",
         )
 
@@ -128,6 +132,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
     ) -> EngramTable:
         return open_layer_table(
             self.config,
+            FAMILY,
             self.layer_id,
             rows=(self.row_start, self.row_start + self.rows),
             head_dim=self.dim,
@@ -171,11 +176,13 @@ def after_model_init(
         return
     spec = EngramSpec.from_hf_config(config)
     served.set_hasher(
-        NgramHasher(
-            spec,
-            upstream.token_map.cpu(),
-            spec.pad_token_id,
-            image_token_id=upstream.image_token_id,
+        EngramRowHasher(
+            NgramHasher(
+                spec,
+                upstream.token_map.cpu(),
+                spec.pad_token_id,
+                image_token_id=upstream.image_token_id,
+            )
         )
     )
 

@@ -26,6 +26,7 @@ from engram.fp8 import row_bytes
 from engram.tables import TableCounters
 from engram.tables.timing import LookupClock, Mark
 from sglang_engram.args.server_config import EngramServerConfig
+from sglang_engram.models.deepseek_v41.family import DeepseekV41
 from sglang_engram.tables import served
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def build(
         "sglang-engram: layer %s Engram table in %s: %s (%d rows of this rank)",
         layer_id,
         config.offload,
-        config.implementation(tiny=False),
+        DeepseekV41().implementation(config),
         embedding.rows,
     )
     return embedding

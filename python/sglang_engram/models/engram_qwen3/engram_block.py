@@ -18,6 +18,7 @@ from engram.spec import EngramSpec
 from engram.tables import EngramTable
 from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.integration import lookup_failures
+from sglang_engram.models.engram_qwen3.family import TinyEngram
 from sglang_engram.tables.opening import open_layer_table
 
 # NOTE: the gate's |d| floor before the square root (reference §1.7).
@@ -71,6 +72,7 @@ class EngramBlock(nn.Module):
     ) -> EngramTable:
         return open_layer_table(
             self.config,
+            TinyEngram(),
             self.layer_id,
             rows=(0, self.num_rows),
             head_dim=self.head_dim,

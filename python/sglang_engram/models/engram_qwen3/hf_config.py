@@ -10,7 +10,6 @@ from __future__ import annotations
 from transformers import AutoConfig, Qwen3Config
 
 MODEL_TYPE = "engram_qwen3"
-ARCHITECTURE = "EngramQwen3ForCausalLM"
 
 
 class EngramQwen3Config(Qwen3Config):

@@ -27,7 +27,9 @@ from torch import nn
 from engram.spec import EngramSpec
 from sglang_engram.args.server_config import EngramServerConfig, current_config
 from sglang_engram.lookahead.side_stream import EarlyLookups
+from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
 from sglang_engram.models.engram_qwen3.engram_block import EngramBlock
+from sglang_engram.models.engram_qwen3.family import TinyEngram
 from sglang_engram.models.engram_qwen3.hasher import SlotHasher, load_serving_tokenizer
 from sglang_engram.models.engram_qwen3.weights import TABLE_TENSOR, route_weight
 from sglang_engram.tables import served, weight_filter
@@ -110,7 +112,7 @@ class EngramQwen3Model(nn.Module):
         )
         if self.engram_hasher is not None and engram.prefetch and engram.offload == "ssd":
             # the scheduler hashes prompts and new tokens with it to read SSD rows ahead
-            served.set_hasher(self.engram_hasher.reference)
+            served.set_hasher(EngramRowHasher(self.engram_hasher.reference))
         # NOTE: only device lookups go on the side stream early; an ssd lookup reads
         # files on the host, which before layer 0 would hold back every launch (the
         # read-ahead above is its prefetch).
@@ -214,7 +216,7 @@ class EngramQwen3ForCausalLM(nn.Module):
         if missing:
             raise ValueError(f"the checkpoint has no Engram table for layers {missing}")
         served.log_placement(
-            self.engram.offload, self.engram.role_name, self.engram.implementation(tiny=True)
+            self.engram.offload, self.engram.role_name, TinyEngram().implementation(self.engram)
         )
 
 

@@ -1,0 +1,120 @@
+"""DeepSeek-V4.1 (Engram): the family entry the shared modules ask.
+
+Its tables are the ``engram_*`` fields of ``config.json``: one table per Engram layer,
+e4m3 rows with ue8m0 block scales, row-sharded over TP on hash-column boundaries
+(upstream's ``shard_range``). Upstream's own ``EngramEmbedding`` serves ``hbm`` and
+``dram`` (without the HBM hot cache); ours serve the rest (``layers``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from sglang_engram.integration.hook import Hook
+from sglang_engram.models.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+
+if TYPE_CHECKING:
+    from sglang_engram.args.server_config import EngramServerConfig
+
+UPSTREAM_TABLE = "upstream SGLang's EngramEmbedding"
+
+_LAYERS = "sglang_engram.models.deepseek_v41.layers"
+_HOOKS = (
+    Hook(
+        "sglang.srt.layers.engram",
+        "EngramEmbedding",
+        f"{_LAYERS}:PlacedEngramEmbedding",
+        "REPLACE",
+        "put DeepSeek-V4.1's Engram tables in the --engram-offload placement (upstream's "
+        "own class for hbm and dram, ours for ssd, off and the hot cache)",
+    ),
+    Hook(
+        "sglang.srt.layers.engram",
+        "Engram.embed_rows",
+        "sglang_engram.models.deepseek_v41.upstream_embedding:count_lookups",
+        "AROUND",
+        "count the lookups of the tables upstream's EngramEmbedding serves for /metrics",
+    ),
+    Hook(
+        "sglang.srt.layers.engram",
+        "Engram.forward",
+        f"{_LAYERS}:engram_forward",
+        "AROUND",
+        "make DeepSeek-V4.1's Engram layers the identity when Engram is off",
+    ),
+    Hook(
+        "sglang.srt.models.deepseek_v4",
+        "DeepseekV4Model.__init__",
+        f"{_LAYERS}:after_model_init",
+        "AFTER",
+        "hash DeepSeek-V4.1's prompts for the SSD read-ahead with its Engram constants",
+    ),
+)
+
+
+class DeepseekV41(ModelFamily):
+    name = "deepseek_v41"
+    title = "DeepSeek-V4.1"
+    tables = "Engram"
+    hooks = _HOOKS
+    # NOTE: the tiny model's checkpoint names them the same way, with a "model." prefix.
+    table_tensor = re.compile(r"(?:^|\.)layers\.(?P<layer>\d+)\.engram\.embed\.(weight|scale)$")
+
+    def matches(self, hf_config: HfConfig) -> bool:
+        from engram.spec import has_engram
+
+        return has_engram(hf_config)
+
+    def table_layers(self, hf_config: HfConfig | None) -> tuple[int, ...]:
+        from engram.presets import DSV41_FLASH
+
+        ids = (hf_config or {}).get("engram_layer_ids") or DSV41_FLASH["engram_layer_ids"]
+        return tuple(int(layer) for layer in ids)
+
+    def upstream_serves(self, config: EngramServerConfig) -> bool:
+        """Whether upstream SGLang's own ``EngramEmbedding`` serves the tables: ``hbm``
+        (its device table) and ``dram`` (its pinned host table) unless the HBM hot
+        cache, which only our tables have, is asked for."""
+        return config.offload == "hbm" or (config.offload == "dram" and not config.hot_cache_gb)
+
+    def implementation(self, config: EngramServerConfig) -> str:
+        if not self.upstream_serves(config):
+            return OUR_TABLES
+        table = "device" if config.offload == "hbm" else "pinned host"
+        return f"{UPSTREAM_TABLE} ({table} table)"
+
+    def check_config(self, hf_config: HfConfig, config: EngramServerConfig) -> None:
+        from sglang_engram.models.deepseek_v41.engram_config import check_servable
+
+        check_servable(hf_config, config)
+
+    def table_shards(self, hf_config: HfConfig, tp_size: int) -> list[TableShard]:
+        if tp_size == 1:
+            return super().table_shards(hf_config, tp_size)
+        from sglang.srt.layers.engram import shard_range
+
+        from engram.spec import EngramSpec
+        from engram.ssd.directory import shard_name
+
+        spec = EngramSpec.from_hf_config(hf_config)
+        shards = []
+        for index, layer in enumerate(spec.layer_ids):
+            rows = spec.num_embeddings[index]
+            bounds = (*spec.offsets[index].tolist(), rows)
+            shards += [
+                TableShard(
+                    layer, shard_range(rows, bounds, rank, tp_size), shard_name(rank, tp_size)
+                )
+                for rank in range(tp_size)
+            ]
+        return shards
+
+    def disk_bytes(self, hf_config: HfConfig, shard: TableShard) -> int:
+        from engram.spec import EngramSpec
+        from engram.ssd.layout import DiskLayout
+
+        spec = EngramSpec.from_hf_config(hf_config)
+        rows = spec.num_embeddings[spec.layer_ids.index(shard.layer_id)]
+        count = rows if shard.rows is None else shard.rows[1] - shard.rows[0]
+        return DiskLayout(count, spec.head_dim).file_bytes

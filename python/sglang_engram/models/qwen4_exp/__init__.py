@@ -1,0 +1,4 @@
+"""Qwen3.8-Flash-Next (SGLang's ``qwen4_exp``): its PLE n-gram table in the
+``--engram-offload`` placement (``family``)."""
+
+__all__ = ["family"]
