@@ -63,11 +63,11 @@ def test_the_weight_filter_knows_every_familys_table_tensors() -> None:
         f"model.layers.{layer}.engram.embed.scale",
         f"model.language_model.layers.{layer}.ple.ple_embedding.ngram_embedding.shard_"
         f"{random.randint(0, 511)}.weight",
+        f"model.language_model.layers.{layer}.ple.ple_embedding.ngram_embedding.weight_scale",
     ):
         assert table_tensor_layer(name) == layer, name
     for name in (
         f"model.layers.{layer}.engram.wkv.weight",
-        f"model.language_model.layers.{layer}.ple.ple_embedding.ngram_embedding.weight_scale",
         f"model.language_model.layers.{layer}.ple.key_proj.weight",
         f"model.language_model.layers.{layer}.ple.ple_embedding.layer_multipliers",
     ):

@@ -12,6 +12,7 @@ import argparse
 import logging
 from typing import Any, Literal
 
+from engram.errors import EngramConfigError
 from sglang_engram.args.server_config import (
     DEFAULT_OFFLOAD,
     DEFAULT_RAM_CACHE_GB,
@@ -148,28 +149,30 @@ def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
 def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
     """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
     from sglang_engram.args.model_facts import model_facts
-    from sglang_engram.args.startup_checks import EngramStartupError, check_startup
+    from sglang_engram.args.startup_checks import check_startup
     from sglang_engram.integration.cpu_serving import adjust_for_cpu, check_cpu_engine
 
     check_cpu_engine(server_args)
     for change in adjust_for_cpu(server_args):
         logger.info("sglang-engram: CPU engine: %s", change)
     config = config_from_namespace(args)
+    family = model_facts(getattr(args, "model_path", None)).family
     try:
+        changes: list[str] = []
+        if family is not None and family.served:
+            config, changes = family.configure_server(server_args, config)
         check_startup(
             config,
             model_path=getattr(args, "model_path", None),
             tp_size=int(getattr(args, "tp_size", 1) or 1),
         )
-    except EngramStartupError as exc:
+    except EngramConfigError as exc:
         # NOTE: a one-line exit, before any process is spawned or weight loaded.
         raise SystemExit(f"sglang-engram: error: {exc}") from None
+    for change in changes:
+        logger.info("sglang-engram: %s: %s", family.title, change)
     config.export(server_args)
     use_config(config)
-    family = model_facts(getattr(args, "model_path", None)).family
-    if family is not None and family.served:
-        for change in family.configure_server(server_args, config):
-            logger.info("sglang-engram: %s: %s", family.title, change)
     graph_policy(server_args, config)
     served = (
         f"; {family.title}'s {family.tables} tables served by {family.implementation(config)}"

@@ -80,10 +80,15 @@ class ModelFamily(ABC):
         share when the family shards its tables over TP)."""
         return [TableShard(layer, None) for layer in self.table_layers(hf_config)]
 
-    def configure_server(self, server_args: Any, config: EngramServerConfig) -> list[str]:
+    def configure_server(
+        self, server_args: Any, config: EngramServerConfig
+    ) -> tuple[EngramServerConfig, list[str]]:
         """Set SGLang's own options that realise ``config.offload`` for this family
-        (only where the user set nothing); returns what changed, for the log."""
-        return []
+        (only where the user set nothing). Returns the config to serve with (a family
+        whose own upstream flag the user set alone may derive the placement from it)
+        and what changed, for the log; raises ``EngramConfigError`` for flags that
+        contradict each other."""
+        return config, []
 
     def table_tensor_layer(self, name: str) -> int | None:
         """The layer of a checkpoint tensor that holds table rows, else ``None``."""

@@ -13,12 +13,47 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from sglang_engram.integration.hook import Hook
 from sglang_engram.models.family import OUR_TABLES, HfConfig, ModelFamily
 
 if TYPE_CHECKING:
     from sglang_engram.args.server_config import EngramServerConfig
 
 UPSTREAM_EMBEDDING = "upstream SGLang's Qwen4ExpNGramEmbedding"
+_UPSTREAM = "sglang.srt.models.qwen4_exp"
+_LAYERS = "sglang_engram.models.qwen4_exp.layers"
+_HOOKS = (
+    Hook(
+        _UPSTREAM,
+        "VocabParallelEmbedding",
+        f"{_LAYERS}:PlacedPleTable",
+        "REPLACE",
+        "put Qwen3.8-Flash-Next's PLE tables in ssd (ours) or off; upstream's own "
+        "embedding for everything else",
+    ),
+    Hook(
+        _UPSTREAM,
+        "Qwen4ExpNGramEmbedding.__init__",
+        f"{_LAYERS}:around_ngram_embedding_init",
+        "AROUND",
+        "name the decoder layer whose PLE table is being built",
+    ),
+    Hook(
+        _UPSTREAM,
+        "Qwen4ExpLayerExtensionMixin._add_ple_embedding",
+        f"{_LAYERS}:add_ple_embedding",
+        "AROUND",
+        "make Qwen3.8-Flash-Next's PLE layers add nothing when the table is off",
+    ),
+    Hook(
+        _UPSTREAM,
+        "Qwen4ExpForConditionalGeneration.load_weights",
+        f"{_LAYERS}:after_load_weights",
+        "AFTER",
+        "hash Qwen3.8-Flash-Next's prompts for the SSD read-ahead with the checkpoint's "
+        "PLE constants",
+    ),
+)
 MODEL_TYPES = ("qwen4_exp", "qwen4_exp_text")
 
 
@@ -33,8 +68,11 @@ class Qwen4Exp(ModelFamily):
     name = "qwen4_exp"
     title = "Qwen3.8-Flash-Next"
     tables = "PLE n-gram"
+    hooks = _HOOKS
+    # NOTE: the rows' shards and the per-table weight_scale (the ssd table applies it)
     table_tensor = re.compile(
-        r"(?:^|\.)layers\.(?P<layer>\d+)\.ple\.ple_embedding\.ngram_embedding\.shard_\d+\.weight$"
+        r"(?:^|\.)layers\.(?P<layer>\d+)\.ple\.ple_embedding\.ngram_embedding\."
+        r"(shard_\d+\.weight|weight_scale)$"
     )
 
     def matches(self, hf_config: HfConfig) -> bool:
@@ -45,6 +83,42 @@ class Qwen4Exp(ModelFamily):
     def table_layers(self, hf_config: HfConfig | None) -> tuple[int, ...]:
         ids = text_config(hf_config or {}).get("ple_layer_ids") or ()
         return tuple(sorted({int(i) - 1 for i in ids}))
+
+    def configure_server(
+        self, server_args: Any, config: EngramServerConfig
+    ) -> tuple[EngramServerConfig, list[str]]:
+        """``--engram-offload`` as upstream's ``--ple-offload-embedding``: on for ``dram``
+        (its pinned host table; on the CPU engine, whose every table is in host memory,
+        upstream's table as built there), off for the rest (``ssd`` and ``off`` replace the
+        table). Upstream's own flag given alone decides the placement instead."""
+        from dataclasses import replace
+
+        from engram.errors import EngramConfigError
+
+        cpu_engine = getattr(server_args, "device", None) == "cpu"
+        want = config.offload == "dram" and not cpu_engine
+        given = getattr(server_args, "ple_offload_embedding", None)
+        if given is None:
+            server_args.ple_offload_embedding = want
+            where = "pinned host memory" if want else "not offloaded by upstream"
+            note = (
+                " (the CPU engine's tables are in host memory already)"
+                if cpu_engine and config.offload == "dram"
+                else ""
+            )
+            return config, [f"--ple-offload-embedding {'on' if want else 'off'}: {where}{note}"]
+        if not config.offload_explicit:
+            placement = "dram" if given else "hbm"
+            return replace(config, offload=placement), [
+                f"--{'' if given else 'no-'}ple-offload-embedding given: placement {placement}"
+            ]
+        if bool(given) != want and not (cpu_engine and config.offload == "dram"):
+            flag = "--ple-offload-embedding" if given else "--no-ple-offload-embedding"
+            raise EngramConfigError(
+                f"--engram-offload {config.offload} and {flag} ask for different places for "
+                f"the PLE table; pass only --engram-offload {config.offload}"
+            )
+        return config, []
 
     def implementation(self, config: EngramServerConfig) -> str:
         if config.offload == "hbm":

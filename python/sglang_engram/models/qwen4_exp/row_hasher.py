@@ -69,7 +69,9 @@ class PleRowHasher:
         mixes = []
         mix = shifted[:, None, 0] * self._multipliers[None, :, 0]
         for order in range(2, n + 1):
-            mix = torch.bitwise_xor(mix, shifted[:, None, order - 1] * self._multipliers[None, :, order - 1])
+            mix = torch.bitwise_xor(
+                mix, shifted[:, None, order - 1] * self._multipliers[None, :, order - 1]
+            )
             mixes.append(mix)
         heads = self._vocab_sizes.shape[1] // (n - 1)
         per_head = torch.stack(mixes, dim=2).repeat_interleave(heads, dim=2)
@@ -81,7 +83,6 @@ class PleRowHasher:
 
     def step_rows(self, tails: Sequence[Sequence[int]]) -> torch.Tensor:
         windows = [
-            self.windows(torch.tensor(tail[-1:], dtype=torch.int64), tail[:-1])
-            for tail in tails
+            self.windows(torch.tensor(tail[-1:], dtype=torch.int64), tail[:-1]) for tail in tails
         ]
         return self.rows_of_windows(torch.cat(windows))

@@ -1,0 +1,196 @@
+"""Qwen3.8-Flash-Next's PLE n-gram table in the ``--engram-offload`` placement.
+
+Upstream's ``Qwen4ExpNGramEmbedding`` builds its table as a ``VocabParallelEmbedding``
+(``hbm``), or wraps one built on the meta device in ``Qwen4ExpPinnedHostEmbedding``
+(``dram``, chosen by ``--ple-offload-embedding``: ``family.configure_server``). The plugin
+replaces the name ``VocabParallelEmbedding`` in upstream's module with
+:class:`PlacedPleTable`, which hands back upstream's own class for every embedding but a
+PLE table in ``ssd`` or ``off``: those are built on the meta device (nothing allocated)
+and read rows from a core-library table (``ssd``: files under ``--engram-ssd-dir``,
+converted from the checkpoint's 512 shards on first start) or none (``off``: the layer
+adds nothing, :func:`add_ple_embedding`). Their tensors, the per-table ``weight_scale``
+included, are left unread by the weight filter: the ssd table applies the scale itself,
+so upstream's ``* weight_scale`` multiplies by its unloaded 1.
+
+TP sharding is upstream's: a rank holds ``shard_indices``' rows, zero-fills the ids it
+does not own, and the all-reduce upstream's embedding would run reassembles them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
+from torch import nn
+
+from engram.ssd.directory import shard_name
+from engram.tables import EngramTable
+from sglang_engram.args.server_config import current_config
+from sglang_engram.integration import lookup_failures
+from sglang_engram.models.qwen4_exp.family import Qwen4Exp
+from sglang_engram.tables import weight_filter
+from sglang_engram.tables.opening import open_layer_table
+
+logger = logging.getLogger(__name__)
+
+FAMILY = Qwen4Exp()
+# NOTE: the decoder layer whose PLE table upstream's constructor is building (set by
+# the AROUND hook on Qwen4ExpNGramEmbedding.__init__); None for every other embedding.
+_BUILDING: ContextVar[int | None] = ContextVar("sglang_engram_ple_layer", default=None)
+
+
+class PlacedPleTable(VocabParallelEmbedding):
+    """One PLE layer's table (this TP rank's rows) in ``ssd`` or ``off``."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> VocabParallelEmbedding:
+        if cls is PlacedPleTable and (
+            _BUILDING.get() is None or current_config().offload in ("hbm", "dram")
+        ):
+            # NOTE: upstream's own class, built by its own constructor (not an instance
+            # of cls, so Python skips our __init__): the hook rebinds the module-level
+            # name to us, so the base is read from the class.
+            return cls.__base__(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, **kwargs: Any):
+        device = torch.device(torch.get_default_device())
+        # NOTE: upstream's constructor sets the shard range and everything its forward
+        # and the loader read; on the meta device its rows allocate nothing.
+        with torch.device("meta"):
+            super().__init__(num_embeddings, embedding_dim, **kwargs)
+        self.placement = current_config().offload
+        self.layer_id = _BUILDING.get()
+        assert self.layer_id is not None, "built inside Qwen4ExpNGramEmbedding only"
+        self.row_start = self.shard_indices.org_vocab_start_index
+        self.rows = self.shard_indices.org_vocab_end_index - self.row_start
+        self.weight = nn.Parameter(
+            torch.empty(0, embedding_dim, dtype=self.weight.dtype, device=device),
+            requires_grad=False,
+        )
+        # NOTE: no quantisation method to run after loading: the rows are not loaded here.
+        self.quant_method = None
+        weight_filter.skip_tables(layers={self.layer_id})
+        self.table: EngramTable | None = None
+        if self.placement == "ssd" and self.rows:
+            from sglang.srt.runtime_context import get_parallel
+
+            self.table = open_layer_table(
+                current_config(),
+                FAMILY,
+                self.layer_id,
+                rows=(self.row_start, self.row_start + self.rows),
+                head_dim=embedding_dim,
+                device=device,
+                shard=shard_name(get_parallel().tp_rank, self.tp_size),
+            )
+        logger.info(
+            "sglang-engram: layer %d PLE table in %s: %s, %s",
+            self.layer_id,
+            self.placement,
+            FAMILY.implementation(current_config()),
+            self.table.memory() if self.table is not None else "nothing held",
+        )
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        local = input_ids.long() - self.row_start
+        owned = (local >= 0) & (local < self.rows)
+        if self.table is None:
+            rows = torch.zeros(
+                (*input_ids.shape, self.embedding_dim),
+                dtype=torch.bfloat16,
+                device=input_ids.device,
+            )
+        else:
+            rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
+            rows = rows.masked_fill(~owned.unsqueeze(-1), 0)
+        return _reduce(self, rows)
+
+
+def _reduce(embedding: VocabParallelEmbedding, rows: torch.Tensor) -> torch.Tensor:
+    """The all-reduce upstream's embedding runs on its zero-filled shard rows."""
+    from sglang.srt.layers.layer_boundary import get_attn_tp_context
+
+    if rows.numel() == 0 or embedding.tp_size == 1 or get_attn_tp_context().input_scattered:
+        return rows
+    if embedding.use_attn_tp_group:
+        from sglang.srt.layers.dp_attention import attn_tp_all_reduce
+
+        return attn_tp_all_reduce(rows)
+    from sglang.srt.distributed import tensor_model_parallel_all_reduce
+
+    return tensor_model_parallel_all_reduce(rows)
+
+
+@contextmanager
+def building(layer_id: int) -> Iterator[None]:
+    token = _BUILDING.set(layer_id)
+    try:
+        yield
+    finally:
+        _BUILDING.reset(token)
+
+
+def around_ngram_embedding_init(
+    original: Callable[..., None],
+    self: nn.Module,
+    config: Any,
+    embedding_dim: int,
+    ple_layer_index: int = 0,
+    *args: Any,
+    **kwargs: Any,
+) -> None:
+    """AROUND ``Qwen4ExpNGramEmbedding.__init__``: names the decoder layer whose table
+    is being built (``ple_layer_ids`` are 1-based) for :class:`PlacedPleTable`."""
+    layer_id = sorted({int(i) for i in config.ple_layer_ids})[ple_layer_index] - 1
+    with building(layer_id):
+        original(self, config, embedding_dim, ple_layer_index, *args, **kwargs)
+
+
+def add_ple_embedding(
+    original: Callable[..., torch.Tensor], self: nn.Module, residual: torch.Tensor
+) -> torch.Tensor:
+    """AROUND the decoder layer's ``_add_ple_embedding``: with the table off the PLE
+    layer adds nothing and the residual passes unchanged."""
+    if isinstance(self.ple.ple_embedding.ngram_embedding, PlacedPleTable) and (
+        self.ple.ple_embedding.ngram_embedding.placement == "off"
+    ):
+        return residual
+    return original(self, residual)
+
+
+def after_load_weights(result: Any, model: nn.Module, *_: Any, **__: Any) -> None:
+    """AFTER ``Qwen4ExpForConditionalGeneration.load_weights``: with ``ssd`` tables and
+    prefetch on, hand the read-ahead the PLE hash with the constants the checkpoint
+    carried (the loaded ``layer_multipliers``, ``ngram_heads_vocab_sizes`` and
+    ``ngram_heads_offsets``), so the scheduler reads rows before the lookups."""
+    from sglang.srt.models.qwen4_exp import Qwen4ExpNGramEmbedding
+
+    from sglang_engram.models.qwen4_exp.row_hasher import PleLayerHash, PleRowHasher
+    from sglang_engram.tables import served
+
+    server = current_config()
+    if server.offload != "ssd" or not server.prefetch:
+        return
+    embeddings = [m for m in model.modules() if isinstance(m, Qwen4ExpNGramEmbedding)]
+    if not embeddings:
+        return
+    layers = []
+    for embedding in sorted(embeddings, key=lambda m: m.ple_layer_index):
+        layer_id = (
+            sorted({int(i) for i in embedding.config.ple_layer_ids})[embedding.ple_layer_index] - 1
+        )
+        layers.append(
+            PleLayerHash(
+                layer_id,
+                embedding.layer_multipliers.detach().to("cpu", torch.int64),
+                embedding.ngram_heads_vocab_sizes.detach().to("cpu", torch.int64),
+                embedding.ngram_heads_offsets.detach().to("cpu", torch.int64),
+            )
+        )
+    first = embeddings[0]
+    served.set_hasher(PleRowHasher(layers, first.ngram_size, first.eos_token_id))
