@@ -23,7 +23,7 @@ from engram.ssd.faults import EngramChecksumError
 from engram.ssd.integrity import DAMAGED
 from engram.ssd.manifest import TableManifest
 from engram.tables import create_table
-from test.ssd.helpers import REPO, run_convert
+from test.ssd.helpers import REPO, crash_convert, run_convert
 from test.ssd.ple_checkpoint import PleCheckpoint, write_ple_checkpoint
 
 pytestmark = pytest.mark.slow  # builds upstream's qwen4_exp embedding for the buffers
@@ -145,18 +145,7 @@ def test_a_crash_mid_table_resumes(tmp_path: Path) -> None:
     ckpt = write_ple_checkpoint(tmp_path / "ckpt", "fp8", base=BIG)
     out = tmp_path / "ssd"
     args = ["--checkpoint", str(ckpt.directory), "--out", str(out), "--chunk-mib", "0.25"]
-    # A write past 1 MiB makes the kernel kill the child (SIGXFSZ): a crash in the middle
-    # of the first table, at a reproducible point.
-    crash = (
-        "import resource, signal, sys; from engram.convert import main; "
-        "signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); "
-        "sys.exit(main(sys.argv[1:]))"
-    )
-    crashed = subprocess.run(
-        [sys.executable, "-c", crash, *args, "--quiet"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    crashed = crash_convert(*args, "--quiet")  # killed mid-way through the first table
     assert crashed.returncode == -signal.SIGXFSZ, crashed.stderr
     progress = json.loads((out / "layer1.partial" / "progress.json").read_text())
     assert 0 < len(progress["chunk_crc32"]) < 25

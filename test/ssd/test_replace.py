@@ -21,7 +21,13 @@ import pytest
 from engram.ssd.checkpoint import find_tables
 from engram.ssd.integrity import verify_table
 from engram.ssd.manifest import TableManifest
-from test.ssd.helpers import REPO, run_convert, tiny_spec_config, write_checkpoint
+from test.ssd.helpers import (
+    REPO,
+    crash_convert,
+    run_convert,
+    tiny_spec_config,
+    write_checkpoint,
+)
 from test.ssd.ple_checkpoint import write_ple_checkpoint
 
 INTERRUPTED = "interrupted; run the same command to resume"
@@ -144,19 +150,7 @@ def test_the_old_table_stays_until_the_new_one_is_complete(tmp_path: Path, famil
     _write(family, b, engram_vocab=6000)
     assert run_convert(*_args(a, out)).returncode == 0
     old, new = _identities(a), _identities(b)
-    limit = (
-        "import resource, signal, sys; from engram.convert import main; "
-        "signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); "
-        "sys.exit(main(sys.argv[1:]))"
-    )
-    crashed = subprocess.run(
-        [sys.executable, "-c", limit, *_args(b, out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    crashed = crash_convert(*_args(b, out))
     assert crashed.returncode == -signal.SIGXFSZ, crashed.stderr
     assert _state(out, old, new) == {1: "old", 3: "old"}
     assert (out / "layer1.partial").is_dir()
