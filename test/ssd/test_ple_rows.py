@@ -16,8 +16,8 @@ a vectorised loop, so NaN is compared by position.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
