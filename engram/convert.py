@@ -1,9 +1,10 @@
-"""``python -m engram.convert --checkpoint DIR --out SSD_DIR``: Engram tables to SSD tables.
+"""``python -m engram.convert --checkpoint DIR --out SSD_DIR``: n-gram tables to SSD tables.
 
-Reads the Engram tables of a safetensors checkpoint (``layers.{L}.engram.embed.weight``
-/ ``.scale``, or with a ``model.`` prefix) and writes the SSD layout that
-``--engram-offload ssd`` serves from. See :mod:`engram.ssd.converter`. Ctrl-C (or any
-kill) leaves the tables that were there valid and the new ones resumable: it prints
+Reads the n-gram tables of a safetensors checkpoint (DeepSeek-V4.1's Engram
+``layers.{L}.engram.embed.weight`` / ``.scale``, or with a ``model.`` prefix;
+Qwen3.8-Flash-Next's PLE ``...layers.{L}.ple.ple_embedding.ngram_embedding.shard_{k}.weight``)
+and writes the SSD layout that ``--engram-offload ssd`` serves from. See
+:mod:`engram.ssd.converter`. Ctrl-C (or any kill) leaves the tables that were there valid and the new ones resumable: it prints
 "interrupted; run the same command to resume" and exits with 130.
 """
 
@@ -25,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="python -m engram.convert",
         description=(
-            "Convert the Engram tables of a safetensors checkpoint into the SSD layout "
+            "Convert the n-gram tables of a safetensors checkpoint (DeepSeek-V4.1 Engram, "
+            "Qwen3.8-Flash-Next PLE) into the SSD layout "
             "(4 KiB-aligned rows, a hash per 4 KiB block, source identity). New tables are "
             "written beside the old ones and swapped in when complete and verified; an "
             "interrupted run (exit 130) resumes where it stopped; a table already "
@@ -42,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=directory,
         required=True,
-        help="output directory (created; one layer{L}/ table per Engram layer)",
+        help="output directory (created; one layer{L}/ table per n-gram layer)",
     )
     parser.add_argument(
         "--chunk-mib",

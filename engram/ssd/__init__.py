@@ -1,15 +1,17 @@
 """The SSD tier: Engram tables in files on local NVMe instead of host DRAM.
 
 - :mod:`~engram.ssd.layout`, :mod:`~engram.ssd.manifest`,
-  :mod:`~engram.ssd.block_hashes`: the file format (264-byte rows, 15 to a 4 KiB page,
-  none straddling a page; an xxh3 hash per block, checked the first time the block is
+  :mod:`~engram.ssd.block_hashes`: the file format (rows of any
+  :mod:`engram.row_formats` format, e.g. 264-byte DSv4.1 rows, 15 to a 4 KiB page, none
+  straddling a page; an xxh3 hash per block, checked the first time the block is
   read from disk; a manifest with shapes, dtypes, crc32 per chunk and the source's
   identity); :mod:`~engram.ssd.directory`: ``layer{L}`` under an SSD directory.
 - :mod:`~engram.ssd.ensure`: the one "reuse or convert" decision for a table directory
   (:func:`~engram.ssd.ensure.decide`) and acting on it.
 - :mod:`~engram.ssd.writer`, :mod:`~engram.ssd.converter`, :mod:`~engram.ssd.checkpoint`,
   :mod:`~engram.ssd.publish`: writing tables (resumable, checksummed, swapped in beside
-  the old table once complete) from rows read in slices of a safetensors checkpoint;
+  the old table once complete) from rows read in slices of a safetensors checkpoint
+  (each family's naming in :mod:`~engram.ssd.checkpoint_formats`);
   ``python -m engram.convert`` is the command line.
 - :mod:`~engram.ssd.readers`: read strategies (``mmap``, ``pread``), chosen by name.
 - :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.prefetch`,

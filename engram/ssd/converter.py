@@ -1,6 +1,9 @@
-"""Convert the Engram tables of a safetensors checkpoint into SSD tables.
+"""Convert the n-gram tables of a safetensors checkpoint into SSD tables.
 
-Output: ``OUT/layer{L}/`` (one table directory per Engram layer, named by
+The checkpoint's format (:mod:`engram.ssd.checkpoint`: DeepSeek-V4.1's Engram tables,
+Qwen3.8-Flash-Next's PLE tables) is found from its tensor names and named in the first
+line logged. Output: ``OUT/layer{L}/`` (one table directory per n-gram layer ``L``, the
+decoder layer index in the tensor names, named by
 :func:`engram.ssd.directory.table_dir`, the layout of :mod:`engram.ssd.layout`) and,
 written last, ``OUT/manifest.json`` listing them. Each table goes through
 :func:`engram.ssd.ensure.ensure_table`, the decision the server makes too: a table
@@ -20,12 +23,13 @@ from pathlib import Path
 
 from engram.files import GIB, atomic_write
 from engram.progress import progress_bar
-from engram.ssd.checkpoint import find_tables
+from engram.ssd.checkpoint import find_checkpoint_tables
 from engram.ssd.directory import table_dir
 from engram.ssd.ensure import decide, ensure_table
 from engram.ssd.integrity import verify_table
-from engram.ssd.layout import DEFAULT_CHUNK_BYTES, DiskLayout
+from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 from engram.ssd.manifest import MANIFEST, CheckpointManifest, TableManifest
+from engram.ssd.sources import source_layout
 from engram.ssd.writer import require_space
 
 
@@ -39,13 +43,12 @@ def convert_checkpoint(
     log: Callable[[str], None] = print,
     show_progress: bool = True,
 ) -> CheckpointManifest:
-    tables = find_tables(checkpoint)
+    found = find_checkpoint_tables(checkpoint)
+    log(f"{checkpoint}: {found.describe()}")
+    tables = found.tables
     paths = {layer: table_dir(out, layer) for layer in tables}
     decisions = {layer: decide(paths[layer], rows, chunk_bytes) for layer, rows in tables.items()}
-    total = sum(
-        DiskLayout.with_chunk_bytes(rows.num_rows, rows.head_dim, chunk_bytes).file_bytes
-        for rows in tables.values()
-    )
+    total = sum(source_layout(rows, chunk_bytes).file_bytes for rows in tables.values())
     todo = [d for d in decisions.values() if not d.reuse]
     for d in todo:
         log(f"{d.path.name}: {d.why}")
@@ -78,7 +81,10 @@ def convert_checkpoint(
         ensure_table(paths[layer], rows, **options)  # swaps each finished table in
     layers = {str(layer): path.name for layer, path in paths.items()}
     manifest = CheckpointManifest(layers=layers)
-    atomic_write(out / MANIFEST, manifest.to_json())
+    text, path = manifest.to_json(), out / MANIFEST
+    # NOTE: converting a converted checkpoint again writes nothing at all.
+    if not path.exists() or path.read_text() != text:
+        atomic_write(path, text)
     if todo:
         log(f"published {out} ({total / GIB:.2f} GiB)")
     if verify:

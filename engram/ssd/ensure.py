@@ -36,7 +36,7 @@ from pathlib import Path
 
 from engram.errors import EngramTableError
 from engram.ssd.integrity import verify_table
-from engram.ssd.layout import DEFAULT_CHUNK_BYTES, DiskLayout
+from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 from engram.ssd.manifest import (
     CHECKPOINT_FORMAT,
     MANIFEST,
@@ -45,7 +45,7 @@ from engram.ssd.manifest import (
     TableManifest,
 )
 from engram.ssd.publish import publish
-from engram.ssd.sources import RowSource
+from engram.ssd.sources import RowSource, source_layout
 from engram.ssd.writer import finished_chunks, partial_path, require_space, write_table
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class Decision:
 
 def decide(path: Path, source: RowSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Decision:
     """Reuse the table at ``path``, or convert ``source`` there (see the module NOTE)."""
-    layout = DiskLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
+    layout = source_layout(source, chunk_bytes)
     work = partial_path(path)
     done = len(finished_chunks(work, layout, source.identity())) if work.exists() else 0
     written = min(done * layout.chunk_bytes, layout.file_bytes)
@@ -196,5 +196,5 @@ def resolve_table_dir(path: Path, layer: int | None) -> Path:
 
 
 def _describe(identity: dict) -> str:
-    keys = ("file", "weight", "rows", "shard", "sample_crc32")
+    keys = ("file", "weight", "rows", "row_format", "scale_bf16_bits", "shard", "sample_crc32")
     return ", ".join(f"{k}={identity[k]}" for k in keys if k in identity) or str(identity)

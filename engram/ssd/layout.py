@@ -1,9 +1,10 @@
 """Where each row of an Engram table sits in its SSD data file.
 
 A table directory holds ``manifest.json`` (see :mod:`engram.ssd.manifest`) and one data
-file, ``rows.bin``, of *blocks*. A row is ``head_dim`` e4m3 bytes followed by its
-``head_dim / 32`` ue8m0 exponent bytes (the :func:`engram.fp8.pack_rows` order, 264 bytes
-for DSv4.1). A block packs ``rows_per_block`` consecutive rows from its start and is
+file, ``rows.bin``, of *blocks*. A row is ``row_bytes`` bytes in the table's row format
+(:mod:`engram.row_formats`; ``e4m3-ue8m0``: ``head_dim`` e4m3 bytes followed by their
+``head_dim / 32`` ue8m0 exponent bytes, 264 bytes for DSv4.1; ``e4m3-tensor-scale``: 160
+bytes for Qwen3.8's PLE). A block packs ``rows_per_block`` consecutive rows from its start and is
 zero-padded to a whole number of 4 KiB pages, so **no row straddles a page** and one
 page read always yields whole rows::
 
@@ -11,7 +12,7 @@ page read always yields whole rows::
     row r   at byte (r // R) * block_bytes + (r % R) * row_bytes
 
 For 264-byte rows a block is one page holding 15 rows (3,960 bytes + 136 bytes of
-padding, 3.4 % overhead); rows wider than a page start on a page boundary instead. The
+padding, 3.4 % overhead), for 160-byte rows 25 (96 bytes of padding); rows wider than a page start on a page boundary instead. The
 last block is padded too, so the file size is always a whole number of pages. The file
 is checksummed in *chunks* of whole blocks (crc32 per chunk, listed in the manifest).
 """
@@ -23,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from engram.errors import EngramTableError
-from engram.fp8 import row_bytes
-from engram.spec import FP8_BLOCK, valid_row_width
+from engram.fp8 import FP8_BLOCK
+from engram.row_formats import DEFAULT_ROW_FORMAT, row_format_class
 
 PAGE_BYTES = 4096
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -38,29 +39,39 @@ class DiskLayout:
     num_rows: int
     head_dim: int
     chunk_blocks: int = DEFAULT_CHUNK_BYTES // PAGE_BYTES
+    row_format: str = DEFAULT_ROW_FORMAT  # a name in engram.row_formats.ROW_FORMATS
 
     def __post_init__(self) -> None:
         if self.num_rows < 1:
             raise EngramTableError(f"an SSD table needs at least one row, got {self.num_rows}")
-        if not valid_row_width(self.head_dim):
-            raise EngramTableError(
-                f"table rows must be a positive multiple of {FP8_BLOCK} wide, got {self.head_dim}"
-            )
+        row_format_class(self.row_format).check_head_dim(self.head_dim)
         if self.chunk_blocks < 1:
             raise EngramTableError(f"chunk_blocks must be >= 1, got {self.chunk_blocks}")
 
     @classmethod
-    def with_chunk_bytes(cls, num_rows: int, head_dim: int, chunk_bytes: int) -> DiskLayout:
-        probe = cls(num_rows, head_dim, 1)
-        return cls(num_rows, head_dim, max(1, chunk_bytes // probe.block_bytes))
+    def with_chunk_bytes(
+        cls, num_rows: int, head_dim: int, chunk_bytes: int, row_format: str = DEFAULT_ROW_FORMAT
+    ) -> DiskLayout:
+        probe = cls(num_rows, head_dim, 1, row_format)
+        return cls(num_rows, head_dim, max(1, chunk_bytes // probe.block_bytes), row_format)
+
+    @property
+    def key(self) -> list[int | str]:
+        """What identifies the layout in a manifest's digest and a conversion's progress.
+
+        NOTE: an ``e4m3-ue8m0`` layout's key is the one of the builds before row formats
+        existed, so their tables and half-written conversions stay valid."""
+        key: list[int | str] = [self.num_rows, self.head_dim, self.chunk_blocks]
+        return key if self.row_format == DEFAULT_ROW_FORMAT else [self.row_format, *key]
 
     @property
     def scale_dim(self) -> int:
+        """Exponent bytes of an ``e4m3-ue8m0`` row."""
         return self.head_dim // FP8_BLOCK
 
     @property
     def row_bytes(self) -> int:
-        return row_bytes(self.head_dim)
+        return row_format_class(self.row_format).row_bytes_of(self.head_dim)
 
     @property
     def rows_per_block(self) -> int:
@@ -113,14 +124,17 @@ class DiskLayout:
         pages only when it is wider than a page)."""
         return (ids.astype(np.int64, copy=False) // self.rows_per_block) * self.pages_per_block
 
-    def pack(self, weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
-        """Rows ``[k, D]`` + ``[k, D/32]`` (uint8, starting on a block boundary) as the
+    def pack(self, rows: np.ndarray) -> np.ndarray:
+        """Packed rows ``[k, row_bytes]`` (uint8, starting on a block boundary) as the
         bytes of whole blocks, the last one zero-padded."""
-        k = weight.shape[0]
+        k = rows.shape[0]
+        if rows.shape[1:] != (self.row_bytes,):
+            raise EngramTableError(
+                f"packed rows are {list(rows.shape)}, the layout needs [k, {self.row_bytes}]"
+            )
         blocks = -(-k // self.rows_per_block)
         dense = np.zeros((blocks * self.rows_per_block, self.row_bytes), dtype=np.uint8)
-        dense[:k, : self.head_dim] = weight
-        dense[:k, self.head_dim :] = scale
+        dense[:k] = rows
         out = np.zeros((blocks, self.block_bytes), dtype=np.uint8)
         out[:, : self.rows_per_block * self.row_bytes] = dense.reshape(blocks, -1)
         return out.reshape(-1)

@@ -1,8 +1,10 @@
 """The manifests that describe SSD tables.
 
 A table directory's ``manifest.json`` records the layout (rows, row width, row and page
-sizes), the dtypes, the data file's size, a crc32 per chunk, a digest of those crcs
-(``table_digest``, which identifies the content), the digest of the per-block hashes
+sizes), the row format (:mod:`engram.row_formats`: its name and parameters, such as a
+per-table scale; a manifest without one is ``e4m3-ue8m0``, as every table written
+before row formats existed), the dtypes, the data file's size, a crc32 per chunk, a
+digest of those crcs (``table_digest``, which identifies the content), the digest of the per-block hashes
 file (:mod:`engram.ssd.block_hashes`) and the identity of the source the rows came
 from. A converted checkpoint directory has its own ``manifest.json`` naming its
 per-layer table directories. A manifest is written last (atomically), so a directory
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.errors import EngramTableError
+from engram.row_formats import DEFAULT_ROW_FORMAT, RowFormat, row_format, row_format_class
 from engram.ssd.block_hashes import HASH_NAME, HASHES_FILE
 from engram.ssd.layout import PAGE_BYTES, DiskLayout
 
@@ -28,8 +31,6 @@ CHECKPOINT_FORMAT = "engram-ssd-checkpoint"
 # NOTE: version 2 added the per-block hashes; a version-1 table is converted again.
 FORMAT_VERSION = 2
 CHECKPOINT_VERSION = 1
-WEIGHT_DTYPE = "float8_e4m3fn"
-SCALE_DTYPE = "float8_e8m0fnu"
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,10 @@ class TableManifest:
     page_bytes: int = PAGE_BYTES
     data_file: str = DATA_FILE
     data_bytes: int = 0
-    weight_dtype: str = WEIGHT_DTYPE
-    scale_dtype: str = SCALE_DTYPE
+    weight_dtype: str = row_format_class(DEFAULT_ROW_FORMAT).weight_dtype
+    scale_dtype: str = row_format_class(DEFAULT_ROW_FORMAT).scale_dtype
+    row_format_name: str = DEFAULT_ROW_FORMAT
+    row_format_params: dict[str, Any] = field(default_factory=dict)
     format: str = TABLE_FORMAT
     version: int = FORMAT_VERSION
     table_digest: str = ""
@@ -57,8 +60,14 @@ class TableManifest:
 
     @classmethod
     def build(
-        cls, layout: DiskLayout, crcs: list[int], source: dict[str, Any], block_digest: str
+        cls,
+        layout: DiskLayout,
+        crcs: list[int],
+        source: dict[str, Any],
+        block_digest: str,
+        rows: RowFormat,
     ) -> TableManifest:
+        """The manifest of a table of ``rows``-format rows written in ``layout``."""
         return cls(
             num_rows=layout.num_rows,
             head_dim=layout.head_dim,
@@ -69,13 +78,22 @@ class TableManifest:
             rows_per_block=layout.rows_per_block,
             block_bytes=layout.block_bytes,
             data_bytes=layout.file_bytes,
-            table_digest=digest_of(layout, crcs),
+            weight_dtype=rows.weight_dtype,
+            scale_dtype=rows.scale_dtype,
+            row_format_name=rows.name,
+            row_format_params=rows.params(),
+            table_digest=digest_of(layout, crcs, rows.params()),
             block_hashes_digest=block_digest,
         )
 
     @property
     def layout(self) -> DiskLayout:
-        return DiskLayout(self.num_rows, self.head_dim, self.chunk_blocks)
+        return DiskLayout(self.num_rows, self.head_dim, self.chunk_blocks, self.row_format_name)
+
+    @property
+    def row_format(self) -> RowFormat:
+        """How this table's rows become bf16."""
+        return row_format(self.row_format_name, self.head_dim, self.row_format_params)
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -124,16 +142,17 @@ class TableManifest:
                 f"{where}: block hashes are {self.block_hash} in {self.block_hashes_file}; "
                 f"this build checks {HASH_NAME} in {HASHES_FILE}"
             )
-        if (self.weight_dtype, self.scale_dtype) != (WEIGHT_DTYPE, SCALE_DTYPE):
+        rows = self.row_format
+        if (self.weight_dtype, self.scale_dtype) != (rows.weight_dtype, rows.scale_dtype):
             raise EngramTableError(
-                f"{where}: table dtypes are {self.weight_dtype}/{self.scale_dtype}, the "
-                f"Engram spec needs {WEIGHT_DTYPE}/{SCALE_DTYPE}"
+                f"{where}: table dtypes are {self.weight_dtype}/{self.scale_dtype}, "
+                f"{rows.name} rows are {rows.weight_dtype}/{rows.scale_dtype}"
             )
         if len(self.chunk_crc32) != layout.num_chunks:
             raise EngramTableError(
                 f"{where}: {len(self.chunk_crc32)} chunk checksums for {layout.num_chunks} chunks"
             )
-        if self.table_digest != digest_of(layout, list(self.chunk_crc32)):
+        if self.table_digest != digest_of(layout, list(self.chunk_crc32), rows.params()):
             raise EngramTableError(f"{where}: table_digest does not match its chunk checksums")
 
 
@@ -160,9 +179,13 @@ class CheckpointManifest:
         return cls(layers={str(k): v for k, v in data["layers"].items()})
 
 
-def digest_of(layout: DiskLayout, crcs: list[int]) -> str:
+def digest_of(layout: DiskLayout, crcs: list[int], params: dict[str, Any]) -> str:
+    """The digest of a table's layout, row format parameters and chunk crcs."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{layout.num_rows}:{layout.head_dim}:{layout.chunk_blocks}:".encode())
+    # NOTE: an e4m3-ue8m0 table hashes exactly what earlier builds hashed (its key is
+    # theirs and it has no parameters), so their manifests keep checking.
+    keyed = [*layout.key, *(f"{k}={v}" for k, v in sorted(params.items()))]
+    h.update("".join(f"{part}:" for part in keyed).encode())
     h.update(b"".join(int(c).to_bytes(4, "little") for c in crcs))
     return h.hexdigest()
 

@@ -32,7 +32,7 @@ from engram.ssd.block_hashes import HASH_BYTES, HASHES_FILE, chunk_hashes, diges
 from engram.ssd.integrity import verify_table
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES, DiskLayout
 from engram.ssd.manifest import DATA_FILE, MANIFEST, TableManifest
-from engram.ssd.sources import RowSource
+from engram.ssd.sources import RowSource, source_layout
 
 PROGRESS = "progress.json"
 PARTIAL_SUFFIX = ".partial"
@@ -47,7 +47,7 @@ def write_table(
     on_chunk: Callable[[int], None] | None = None,
 ) -> TableManifest:
     """Write (or finish writing) ``source`` into ``work``; return its manifest."""
-    layout = DiskLayout.with_chunk_bytes(source.num_rows, source.head_dim, chunk_bytes)
+    layout = source_layout(source, chunk_bytes)
     identity = source.identity()
     crcs = finished_chunks(work, layout, identity)
     if len(crcs) == layout.num_chunks and (work / MANIFEST).exists():
@@ -87,7 +87,7 @@ def write_table(
         os.close(fd)
         os.close(hashes_fd)
     hashes = np.fromfile(work / HASHES_FILE, dtype="<u8").astype(np.uint64)
-    manifest = TableManifest.build(layout, crcs, identity, digest_of(hashes))
+    manifest = TableManifest.build(layout, crcs, identity, digest_of(hashes), source.row_format)
     # NOTE: read back before the manifest makes the table complete: what gets
     # published is what the hashes describe.
     try:
@@ -109,8 +109,7 @@ def iter_chunks(
     """(index, bytes) of each chunk of the data file from chunk ``start`` on."""
     for index in range(start, layout.num_chunks):
         first, rows, _ = layout.chunk_span(index)
-        weight, scale = source.read(first, first + rows)
-        yield index, layout.pack(weight, scale).tobytes()
+        yield index, layout.pack(source.read(first, first + rows)).tobytes()
 
 
 def finished_chunks(work: Path, layout: DiskLayout, identity: dict[str, Any]) -> list[int]:
@@ -130,7 +129,7 @@ def finished_chunks(work: Path, layout: DiskLayout, identity: dict[str, Any]) ->
         hashes_size = (work / HASHES_FILE).stat().st_size
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    if progress.get("source") != identity or progress.get("layout") != _layout_key(layout):
+    if progress.get("source") != identity or progress.get("layout") != layout.key:
         return []
     # NOTE: a data (or hashes) file shorter than its recorded chunks would resume with
     # a hole.
@@ -161,14 +160,10 @@ def _save_progress(
 ) -> None:
     progress = {
         "source": identity,
-        "layout": _layout_key(layout),
+        "layout": layout.key,
         "chunk_crc32": crcs,
     }
     atomic_write(work / PROGRESS, json.dumps(progress))
-
-
-def _layout_key(layout: DiskLayout) -> list[int]:
-    return [layout.num_rows, layout.head_dim, layout.chunk_blocks]
 
 
 def _pwrite_all(fd: int, buf: bytes, offset: int) -> None:

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from engram import fp8
 from engram.errors import EngramInputError, EngramTableError
 from engram.fp8 import FP8_BLOCK, as_uint8
+from engram.row_formats import E4m3Ue8m0Rows, RowFormat
 from engram.ssd.prefetch import PrefetchHandle
 from engram.tables.timing import LookupClock
 
@@ -102,7 +102,9 @@ class EngramTable(ABC):
     ``lookup(row_ids)`` returns bf16 rows ``[*row_ids.shape, head_dim]`` on ``device``;
     every placement returns bit-identical rows for the same ids. A placement is a
     subclass registered by its ``placement`` name (``engram.tables``) and built by
-    :meth:`open`.
+    :meth:`open`. ``row_format`` is how the rows are stored (:mod:`engram.row_formats`;
+    ``e4m3-ue8m0`` unless given): ``ssd`` serves every format, ``hbm`` and ``dram``
+    hold ``e4m3-ue8m0`` rows only.
     """
 
     placement: ClassVar[str] = ""
@@ -113,9 +115,16 @@ class EngramTable(ABC):
     # hbm table's rows are in HBM already)
     hot_cache: ClassVar[bool] = False
 
-    def __init__(self, num_rows: int, head_dim: int, device: torch.device):
+    def __init__(
+        self,
+        num_rows: int,
+        head_dim: int,
+        device: torch.device,
+        row_format: RowFormat | None = None,
+    ):
         self.num_rows = num_rows
         self.head_dim = head_dim
+        self.row_format = row_format or E4m3Ue8m0Rows(head_dim)
         self.device = torch.device(device)
         self.counters = TableCounters()
         self._clock = LookupClock(self.device)
@@ -130,7 +139,7 @@ class EngramTable(ABC):
 
     @property
     def row_bytes(self) -> int:
-        return fp8.row_bytes(self.head_dim)
+        return self.row_format.row_bytes
 
     def lookup(self, row_ids: torch.Tensor) -> torch.Tensor:
         mark = self._clock.start()

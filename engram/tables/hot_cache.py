@@ -21,7 +21,7 @@ from engram.tables.base import EngramTable
 
 class HotRowCache(EngramTable):
     def __init__(self, inner: EngramTable, capacity_bytes: int, *, ways: int = 8):
-        super().__init__(inner.num_rows, inner.head_dim, inner.device)
+        super().__init__(inner.num_rows, inner.head_dim, inner.device, inner.row_format)
         self.inner = inner
         self.placement = inner.placement
         value_bytes = inner.head_dim * torch.finfo(torch.bfloat16).bits // 8

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from engram.errors import EngramTableError
-from engram.fp8 import dequantize_rows, unpack_rows
 from engram.ssd.bounce_buffers import BounceBuffers
 from engram.ssd.ensure import ensure_table, resolve_table_dir
 from engram.ssd.faults import EngramChecksumError, EngramIOError
@@ -90,7 +89,9 @@ class SsdTable(EngramTable):
                     f"SSD table {directory}: its {what} {have:,} but the spec expects {want:,}"
                 )
         self._checks = verify_table(directory, manifest, options.verify)
-        super().__init__(manifest.num_rows, manifest.head_dim, options.torch_device)
+        super().__init__(
+            manifest.num_rows, manifest.head_dim, options.torch_device, manifest.row_format
+        )
         self.directory = directory
         self.manifest = manifest
         layout = manifest.layout
@@ -166,10 +167,9 @@ class SsdTable(EngramTable):
         with self._lock:
             unique, inverse, rows, index = self.fetch(ids)
             packed = self._bounce.to_device(index, rows)
-            weight, scale = unpack_rows(packed, self.head_dim)
             # NOTE: on a CPU device `packed` is the bounce buffer itself; dequantising
             # makes a new tensor, so the buffer is free for the next lookup.
-            values = dequantize_rows(weight, scale)
+            values = self.row_format.dequantize(packed)
             from_ram = self._cache_hits
         out = values[torch.from_numpy(inverse).to(self.device)]
         # NOTE: prefetched rows were read from the SSD too (ahead of time).

@@ -1,4 +1,4 @@
-"""Upstream SGLang's CPU Engram functions: the bit-exact oracle for our library.
+"""Upstream SGLang's CPU Engram and qwen4_exp code: the bit-exact oracle for our library.
 
 Imported only by tests; importing sglang takes a while, so it happens once per session.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from types import ModuleType
+from typing import Any
 
 
 @functools.cache
@@ -17,3 +18,28 @@ def upstream_engram() -> ModuleType:
         warnings.simplefilter("ignore")
         from sglang.srt.layers import engram
     return engram
+
+
+@functools.cache
+def upstream_qwen4_exp() -> ModuleType:
+    """``sglang.srt.models.qwen4_exp`` (its config classes are names in it too)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sglang.srt.models import qwen4_exp
+    return qwen4_exp
+
+
+def tp_context(tp_size: int = 1, rank: int = 0) -> Any:
+    """An SGLang runtime context of TP rank ``rank`` of ``tp_size``, as a scheduler
+    process of that rank has (several ranks' contexts can live in one process)."""
+    upstream_qwen4_exp()  # the runtime's modules import quietly with it
+    from sglang.srt.runtime_context import SpawnRanks, create_context
+    from sglang.srt.server_args import ServerArgs
+
+    return create_context(
+        ServerArgs(model_path="dummy", tp_size=tp_size),
+        role="scheduler",
+        ranks=SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank),
+    )

@@ -72,3 +72,18 @@ def run_convert(*args: str, preexec=None) -> subprocess.CompletedProcess[str]:  
         preexec_fn=preexec,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def crash_convert(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m engram.convert ARGS`` in a child the kernel kills (SIGXFSZ) at its first
+    write past 1 MiB: a real crash in the middle of a table, at a reproducible point
+    (Python ignores that signal by default; the child restores the default)."""
+    crash = (
+        "import resource, signal, sys; from engram.convert import main; "
+        "signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", crash, *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )

@@ -24,7 +24,7 @@ def test_rows_never_straddle_a_page_and_round_trip(head_dim: int) -> None:
     assert np.all(np.diff(offsets) > 0) and offsets[-1] + layout.row_bytes <= layout.file_bytes
 
     weight, scale = random_table(rows, head_dim)
-    packed = layout.pack(weight.numpy(), scale.numpy())
+    packed = layout.pack(np.concatenate([weight.numpy(), scale.numpy()], axis=1))
     assert packed.size == layout.file_bytes
     back = np.stack([packed[o : o + layout.row_bytes] for o in offsets])
     assert np.array_equal(back[:, :head_dim], weight.numpy())

@@ -1,7 +1,9 @@
 """Replacing converted tables is atomic: ``engram.convert`` of another checkpoint into a
 directory of valid tables builds the new ones beside the old and swaps each in only
 when it is complete and verified. Killed at any moment (SIGINT or SIGKILL), every layer
-is still the old valid table or the new one, and the same command then finishes."""
+is still the old valid table or the new one, and the same command then finishes. For
+both families' checkpoints: DeepSeek-V4.1-style Engram tables and Qwen3.8-Flash-Next's
+PLE shards (layers 1 and 3 in both)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,14 @@ import pytest
 from engram.ssd.checkpoint import find_tables
 from engram.ssd.integrity import verify_table
 from engram.ssd.manifest import TableManifest
-from test.ssd.helpers import REPO, run_convert, tiny_spec_config, write_checkpoint
+from test.ssd.helpers import (
+    REPO,
+    crash_convert,
+    run_convert,
+    tiny_spec_config,
+    write_checkpoint,
+)
+from test.ssd.ple_checkpoint import write_ple_checkpoint
 
 INTERRUPTED = "interrupted; run the same command to resume"
 
@@ -77,13 +86,27 @@ def _convert_then_kill(args: list[str], sig: int, delay: float) -> tuple[int, st
 
 
 @pytest.fixture
-def two_checkpoints(tmp_path: Path) -> tuple[Path, Path, Path, Path, float]:
+def family(request: pytest.FixtureRequest) -> str:
+    """The checkpoint's family (parametrized indirectly)."""
+    return request.param
+
+
+def _write(family: str, directory: Path, engram_vocab: int = 12_000) -> None:
+    """A checkpoint of a few MiB a table: Engram (~100k rows, ~7 MiB, at the default
+    vocabulary) or fp8 PLE (~400k rows, ~6 MiB)."""
+    if family == "engram":
+        write_checkpoint(directory, tiny_spec_config(vocab=engram_vocab))
+    else:
+        write_ple_checkpoint(directory, "fp8", base=100_000)
+
+
+@pytest.fixture
+def two_checkpoints(tmp_path: Path, family: str) -> tuple[Path, Path, Path, Path, float]:
     """Checkpoints A and B (same shapes, other rows), A converted into ``out`` (and a
     copy of that), and how long converting B takes once it starts writing."""
-    config = tiny_spec_config(vocab=12_000)  # ~100k rows per layer: ~7 MiB each
     a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "ssd"
-    write_checkpoint(a, config)
-    write_checkpoint(b, config)
+    _write(family, a)
+    _write(family, b)
     first = run_convert(*_args(a, out))
     assert first.returncode == 0, first.stderr
     shutil.copytree(out, tmp_path / "pristine")
@@ -93,7 +116,14 @@ def two_checkpoints(tmp_path: Path) -> tuple[Path, Path, Path, Path, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+# NOTE: PLE only with Ctrl-C: what a kill can interrupt (writer, swap) is the same code for
+# both families, and each case takes a minute here.
+@pytest.mark.parametrize(
+    "family,sig",
+    [("engram", signal.SIGINT), ("engram", signal.SIGKILL), ("ple", signal.SIGINT)],
+    ids=["engram-SIGINT", "engram-SIGKILL", "ple-SIGINT"],
+    indirect=["family"],
+)
 def test_a_killed_replacement_leaves_old_or_new_tables_and_resumes(two_checkpoints, sig) -> None:
     a, b, out, pristine, seconds = two_checkpoints
     old, new = _identities(a), _identities(b)
@@ -120,28 +150,16 @@ def test_a_killed_replacement_leaves_old_or_new_tables_and_resumes(two_checkpoin
     assert sorted(os.listdir(out)) == ["layer1", "layer3", "manifest.json"]
 
 
-def test_the_old_table_stays_until_the_new_one_is_complete(tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", ["engram", "ple"], indirect=True)
+def test_the_old_table_stays_until_the_new_one_is_complete(tmp_path: Path, family: str) -> None:
     """Interrupted mid-way (a full disk's stand-in: a write limit that kills the child),
     the old tables are still there and valid beside the partial new one."""
-    config = tiny_spec_config(vocab=6000)
     a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "ssd"
-    write_checkpoint(a, config)
-    write_checkpoint(b, config)
+    _write(family, a, engram_vocab=6000)
+    _write(family, b, engram_vocab=6000)
     assert run_convert(*_args(a, out)).returncode == 0
     old, new = _identities(a), _identities(b)
-    limit = (
-        "import resource, signal, sys; from engram.convert import main; "
-        "signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); "
-        "sys.exit(main(sys.argv[1:]))"
-    )
-    crashed = subprocess.run(
-        [sys.executable, "-c", limit, *_args(b, out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    crashed = crash_convert(*_args(b, out))
     assert crashed.returncode == -signal.SIGXFSZ, crashed.stderr
     assert _state(out, old, new) == {1: "old", 3: "old"}
     assert (out / "layer1.partial").is_dir()

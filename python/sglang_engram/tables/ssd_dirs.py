@@ -15,27 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from engram.errors import EngramTableError
 from engram.ssd.directory import table_dir
+from engram.ssd.sources import RowRange
 from sglang_engram.models.family import HfConfig, ModelFamily, TableShard
 from sglang_engram.runtime import get_runtime
-
-
-class ShardRows:
-    """Rows ``[start, stop)`` of another row source (one TP rank's share)."""
-
-    def __init__(self, source: Any, start: int, stop: int):
-        self._source, self._start = source, start
-        self.num_rows, self.head_dim = stop - start, source.head_dim
-        self._stop = stop
-
-    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        return self._source.read(self._start + start, self._start + stop)
-
-    def identity(self) -> dict[str, Any]:
-        return {**self._source.identity(), "shard": [self._start, self._stop]}
 
 
 def checkpoint_source(model_path: str | Path, layer_id: int, rows: tuple[int, int] | None):
@@ -45,7 +29,7 @@ def checkpoint_source(model_path: str | Path, layer_id: int, rows: tuple[int, in
         raise EngramTableError(f"checkpoint {model_path} has no Engram table for layer {layer_id}")
     source = tables[layer_id]
     if rows is not None and rows != (0, source.num_rows):
-        return ShardRows(source, *rows)
+        return RowRange(source, *rows)
     return source
 
 

@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from sglang_engram.integration.hook import Hook
-from sglang_engram.models.family import OUR_TABLES, HfConfig, ModelFamily
+from sglang_engram.models.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
 
 if TYPE_CHECKING:
     from sglang_engram.args.server_config import EngramServerConfig
@@ -126,3 +126,32 @@ class Qwen4Exp(ModelFamily):
         if config.offload == "dram":
             return f"{UPSTREAM_EMBEDDING} (Qwen4ExpPinnedHostEmbedding, pinned host table)"
         return OUR_TABLES
+
+    def table_shards(self, hf_config: HfConfig, tp_size: int) -> list[TableShard]:
+        """Each rank's rows as upstream's ``VocabParallelEmbedding`` shards them (uneven;
+        a rank past the last row holds none and has no table directory)."""
+        from engram.ssd.checkpoint_formats.ple_config import PleConfig
+        from engram.ssd.directory import shard_name
+        from engram.tables.vocab_shards import VocabShard
+
+        ple = PleConfig.from_config(dict(hf_config))
+        shards = []
+        for layer in ple.layer_ids:
+            for rank in range(tp_size):
+                rows = VocabShard(ple.num_rows(layer), rank, tp_size)
+                if rows.rows:
+                    whole = tp_size == 1
+                    span = None if whole else (rows.start, rows.stop)
+                    shards.append(TableShard(layer, span, shard_name(rank, tp_size)))
+        return shards
+
+    def disk_bytes(self, hf_config: HfConfig, shard: TableShard) -> int:
+        from engram.row_formats import Bf16Rows, E4m3TensorScaleRows
+        from engram.ssd.checkpoint_formats.ple_config import PleConfig
+        from engram.ssd.layout import DiskLayout
+
+        ple = PleConfig.from_config(dict(hf_config))
+        rows = ple.num_rows(shard.layer_id) if shard.rows is None else shard.rows[1] - shard.rows[0]
+        # NOTE: without the checkpoint's shards to look at, the config's storage dtype.
+        row_format = (E4m3TensorScaleRows if ple.fp8_storage else Bf16Rows).name
+        return DiskLayout(rows, ple.head_dim, row_format=row_format).file_bytes
