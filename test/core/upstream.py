@@ -31,15 +31,24 @@ def upstream_qwen4_exp() -> ModuleType:
     return qwen4_exp
 
 
-def tp_context(tp_size: int = 1, rank: int = 0) -> Any:
+def tp_context(tp_size: int = 1, rank: int = 0, model_path: str = "dummy") -> Any:
     """An SGLang runtime context of TP rank ``rank`` of ``tp_size``, as a scheduler
-    process of that rank has (several ranks' contexts can live in one process)."""
+    process of that rank has (several ranks' contexts can live in one process), serving
+    ``model_path``."""
     upstream_qwen4_exp()  # the runtime's modules import quietly with it
     from sglang.srt.runtime_context import SpawnRanks, create_context
     from sglang.srt.server_args import ServerArgs
 
     return create_context(
-        ServerArgs(model_path="dummy", tp_size=tp_size),
+        # NOTE: a real qwen4_exp checkpoint resolves its Mamba-state options on the CPU:
+        # the snapshot strategy SGLang would pick needs a GPU.
+        ServerArgs(
+            model_path=model_path,
+            tp_size=tp_size,
+            device="cpu",
+            mamba_radix_cache_strategy="no_buffer",
+            disable_overlap_schedule=True,
+        ),
         role="scheduler",
         ranks=SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank),
     )

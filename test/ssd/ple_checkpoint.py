@@ -9,12 +9,16 @@ from __future__ import annotations
 import functools
 import json
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
+from torch import nn
 
+from engram.ssd.safetensors_files import TensorReader, checkpoint_entries
 from test.core.upstream import tp_context, upstream_qwen4_exp
 
 PLE_LAYER_IDS = (2, 4)  # 1-based, as the config writes them: decoder layers 1 and 3
@@ -30,6 +34,8 @@ def text_config(base: int, parts: int, *, fp8_storage: bool = False) -> dict[str
         "vocab_size": 1000,
         "eos_token_id": 3,
         "ple_layer_ids": list(PLE_LAYER_IDS),
+        # NOTE: transformers' qwen4_exp config puts PLE on linear-attention layers only.
+        "layer_types": ["full_attention"] + ["linear_attention"] * 3,
         "ple_embed_dim": 64,
         "ngram_size": 3,
         "heads_per_ngram": 2,
@@ -127,6 +133,53 @@ def write_ple_checkpoint(
     directory.mkdir(parents=True, exist_ok=True)
     for index, tensors in enumerate(files):
         save_file(tensors, str(directory / f"model-0000{index + 1}-of-00002.safetensors"))
-    top = {"model_type": "qwen4_exp", "text_config": config}
+    top = {
+        "architectures": ["Qwen4ExpForConditionalGeneration"],
+        "model_type": "qwen4_exp",
+        "text_config": config,
+    }
     (directory / "config.json").write_text(json.dumps(top))
     return PleCheckpoint(directory, config, tables, scale_bits)
+
+
+def load_upstream_embeddings(
+    ckpt: PleCheckpoint, context: Any, keep: Callable[[str], bool] = lambda name: True
+) -> dict[int, nn.Module]:
+    """Upstream's PLE embeddings built in ``context`` (a TP rank's), loaded by upstream's
+    own ``Qwen4ExpForConditionalGeneration.load_weights`` with the checkpoint tensors
+    ``keep`` lets through (as the plugin's weight filter does for SGLang's iterators)."""
+    qwen4_exp = upstream_qwen4_exp()
+    from sglang.srt.runtime_context import use_context
+
+    top = qwen4_exp.Qwen4ExpConfig(**json.loads((ckpt.directory / "config.json").read_text()))
+    host = qwen4_exp.Qwen4ExpForConditionalGeneration.__new__(
+        qwen4_exp.Qwen4ExpForConditionalGeneration
+    )
+    nn.Module.__init__(host)
+    # NOTE: the attributes load_weights reads, as Qwen3VLForConditionalGeneration's
+    # constructor sets them (its config is the text config); the decoder layers hold only
+    # their PLE embedding.
+    host.config = top.text_config
+    host.config.tie_word_embeddings = False
+    host.language_model_only = True
+    host.pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True)
+    host.model = nn.Module()
+    host.model.start_layer, host.model.end_layer = 0, host.config.num_hidden_layers
+    host.model.layers = nn.ModuleList(nn.Module() for _ in range(host.config.num_hidden_layers))
+    embeddings = {}
+    with use_context(context):
+        for index, layer in enumerate(sorted(ckpt.tables)):
+            layer_module = host.model.layers[layer]
+            layer_module.ple = nn.Module()
+            layer_module.ple.ple_embedding = upstream_embedding(ckpt.config, index)
+            embeddings[layer] = layer_module.ple.ple_embedding
+        host.load_weights(
+            (name, tensor) for name, tensor in _checkpoint_tensors(ckpt.directory) if keep(name)
+        )
+    return embeddings
+
+
+def _checkpoint_tensors(directory: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    reader = TensorReader()
+    for entry in checkpoint_entries(directory).values():
+        yield entry.name, reader.whole(entry)

@@ -15,26 +15,27 @@ a vectorised loop, so NaN is compared by position.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
-from torch import nn
 
 from engram.row_formats import BF16_ONE_BITS
 from engram.ssd.checkpoint import find_checkpoint_tables
 from engram.ssd.converter import convert_checkpoint
 from engram.ssd.directory import shard_name, table_dir
-from engram.ssd.safetensors_files import TensorReader, checkpoint_entries
 from engram.ssd.sources import RowRange
 from engram.tables import TableOptions, open_table
 from engram.tables.vocab_shards import VocabShard
-from test.core.upstream import tp_context, upstream_qwen4_exp
-from test.ssd.ple_checkpoint import KINDS, PleCheckpoint, upstream_embedding, write_ple_checkpoint
+from test.core.upstream import tp_context
+from test.ssd.ple_checkpoint import (
+    KINDS,
+    PleCheckpoint,
+    load_upstream_embeddings,
+    write_ple_checkpoint,
+)
 
 pytestmark = pytest.mark.slow  # imports SGLang's model code once (tens of seconds)
 
@@ -47,44 +48,6 @@ def eager_upstream() -> Iterator[None]:
         yield
 
 
-def _load_upstream(ckpt: PleCheckpoint, tp: int, rank: int) -> tuple[object, dict[int, nn.Module]]:
-    """Rank ``rank``'s context and upstream's PLE embeddings, loaded by upstream's loader."""
-    qwen4_exp = upstream_qwen4_exp()
-    from sglang.srt.runtime_context import use_context
-
-    top = qwen4_exp.Qwen4ExpConfig(**json.loads((ckpt.directory / "config.json").read_text()))
-    context = tp_context(tp, rank)
-    host = qwen4_exp.Qwen4ExpForConditionalGeneration.__new__(
-        qwen4_exp.Qwen4ExpForConditionalGeneration
-    )
-    nn.Module.__init__(host)
-    # NOTE: the attributes load_weights reads, as Qwen3VLForConditionalGeneration's
-    # constructor sets them (its config is the text config); the decoder layers hold only
-    # their PLE embedding.
-    host.config = top.text_config
-    host.config.tie_word_embeddings = False
-    host.language_model_only = True
-    host.pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True)
-    host.model = nn.Module()
-    host.model.start_layer, host.model.end_layer = 0, host.config.num_hidden_layers
-    host.model.layers = nn.ModuleList(nn.Module() for _ in range(host.config.num_hidden_layers))
-    embeddings = {}
-    with use_context(context):
-        for index, layer in enumerate(sorted(ckpt.tables)):
-            layer_module = host.model.layers[layer]
-            layer_module.ple = nn.Module()
-            layer_module.ple.ple_embedding = upstream_embedding(ckpt.config, index)
-            embeddings[layer] = layer_module.ple.ple_embedding
-        host.load_weights(_checkpoint_tensors(ckpt.directory))
-    return context, embeddings
-
-
-def _checkpoint_tensors(directory: Path):  # noqa: ANN202 - a generator of (name, tensor)
-    reader = TensorReader()
-    for entry in checkpoint_entries(directory).values():
-        yield entry.name, reader.whole(entry)
-
-
 def _upstream_rows(
     ckpt: PleCheckpoint, tp: int, batches: dict[int, list[torch.Tensor]]
 ) -> dict[int, list[torch.Tensor]]:
@@ -94,7 +57,8 @@ def _upstream_rows(
     sums: dict[int, list] = {layer: [None] * len(b) for layer, b in batches.items()}
     scales = {}
     for rank in range(tp):
-        context, embeddings = _load_upstream(ckpt, tp, rank)
+        context = tp_context(tp, rank)
+        embeddings = load_upstream_embeddings(ckpt, context)
         with use_context(context), context.parallel.override(tp_group=None):
             for layer, module in embeddings.items():
                 scales[layer] = module.ngram_embedding.weight_scale

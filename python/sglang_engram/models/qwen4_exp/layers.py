@@ -13,7 +13,7 @@ included, are left unread by the weight filter: the ssd table applies the scale 
 so upstream's ``* weight_scale`` multiplies by its unloaded 1.
 
 TP sharding is upstream's: a rank holds ``shard_indices``' rows, zero-fills the ids it
-does not own, and the all-reduce upstream's embedding would run reassembles them.
+does not own (its ``_embed_local_shard``), and upstream's own ``forward`` all-reduces.
 """
 
 from __future__ import annotations
@@ -96,34 +96,17 @@ class PlacedPleTable(VocabParallelEmbedding):
             self.table.memory() if self.table is not None else "nothing held",
         )
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        local = input_ids.long() - self.row_start
+    def _embed_local_shard(self, input_: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of ``input_`` (table-wide ids): its table's for the ids it
+        owns, zeros for the rest (upstream's ``forward`` then runs its all-reduce)."""
+        local = input_.long() - self.row_start
         owned = (local >= 0) & (local < self.rows)
         if self.table is None:
-            rows = torch.zeros(
-                (*input_ids.shape, self.embedding_dim),
-                dtype=torch.bfloat16,
-                device=input_ids.device,
+            return torch.zeros(
+                (*input_.shape, self.embedding_dim), dtype=torch.bfloat16, device=input_.device
             )
-        else:
-            rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
-            rows = rows.masked_fill(~owned.unsqueeze(-1), 0)
-        return _reduce(self, rows)
-
-
-def _reduce(embedding: VocabParallelEmbedding, rows: torch.Tensor) -> torch.Tensor:
-    """The all-reduce upstream's embedding runs on its zero-filled shard rows."""
-    from sglang.srt.layers.layer_boundary import get_attn_tp_context
-
-    if rows.numel() == 0 or embedding.tp_size == 1 or get_attn_tp_context().input_scattered:
-        return rows
-    if embedding.use_attn_tp_group:
-        from sglang.srt.layers.dp_attention import attn_tp_all_reduce
-
-        return attn_tp_all_reduce(rows)
-    from sglang.srt.distributed import tensor_model_parallel_all_reduce
-
-    return tensor_model_parallel_all_reduce(rows)
+        rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
+        return rows.masked_fill(~owned.unsqueeze(-1), 0)
 
 
 @contextmanager
