@@ -147,6 +147,7 @@ def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
 
 def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
     """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
+    from sglang_engram.args.graph_policy import graph_policy
     from sglang_engram.args.model_facts import model_facts
     from sglang_engram.args.startup_checks import EngramStartupError, check_startup
     from sglang_engram.integration.cpu_serving import adjust_for_cpu, check_cpu_engine
@@ -170,43 +171,3 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
     facts = model_facts(getattr(args, "model_path", None))
     served = f", served by {config.implementation(facts.is_tiny)}" if facts.has_engram else ""
     logger.info("%s%s", config.describe(), served)
-
-
-def graph_policy(server_args: Any, config: EngramServerConfig) -> None:
-    """CUDA graphs against Engram placements they cannot replay.
-
-    - ``ssd`` (any Engram model): lookups read table files on the host, which a graph
-      cannot capture. Graphs are turned off (said in the log) unless the user chose
-      graph options, which is then refused with one line.
-    - the tiny Engram model runs eagerly unless graph options are chosen: its lookups
-      go through the core library's tables (host-side counters, the prefetch side
-      stream), none of which a replay would run.
-
-    NOTE: ``hbm``/``dram`` lookups are capture-safe kernels, and the HBM hot cache
-    steps aside while a graph is captured (replays read the wrapped table), so
-    upstream's DeepSeek-V4.1 keeps its graphs with those.
-    """
-    from sglang_engram.args.model_facts import model_facts
-
-    facts = model_facts(getattr(server_args, "model_path", None))
-    if not config.enabled or not facts.has_engram or server_args.disable_cuda_graph:
-        return
-    if not (facts.is_tiny or config.offload == "ssd"):
-        return
-    chosen = (
-        getattr(server_args, "cuda_graph_config", None),
-        getattr(server_args, "cuda_graph_backend_decode", None),
-        getattr(server_args, "cuda_graph_backend_prefill", None),
-    )
-    if any(value is not None for value in chosen):
-        if config.offload == "ssd":
-            # NOTE: a graph replay would skip the file reads and serve stale rows.
-            raise SystemExit(
-                "sglang-engram: error: --engram-offload ssd reads table files during the "
-                "forward pass, which CUDA graphs cannot capture; drop the --cuda-graph-* "
-                "options or pass --disable-cuda-graph"
-            )
-        return
-    server_args.disable_cuda_graph = True
-    why = "its ssd tables are read from files" if config.offload == "ssd" else "tiny model"
-    logger.warning("sglang-engram: CUDA graphs are off (%s)", why)

@@ -35,7 +35,7 @@ from engram.ssd.directory import shard_name
 from engram.tables import EngramTable
 from engram.tables.dram import packed_host_rows
 from sglang_engram.args.server_config import EngramServerConfig, current_config
-from sglang_engram.integration import lookup_failures
+from sglang_engram.integration import graph_breaks, lookup_failures
 from sglang_engram.models.deepseek_v41 import upstream_embedding
 from sglang_engram.tables import served, weight_filter
 from sglang_engram.tables.opening import open_layer_table
@@ -140,10 +140,19 @@ class PlacedEngramEmbedding(EngramEmbedding):
     def _owned_rows(self, indices: torch.Tensor) -> torch.Tensor:
         if self.rows == 0 or self.table is None:
             return self.new_rows(indices).zero_()
+        # NOTE: an eager break of SGLang's breakable CUDA graphs: every replay reads the
+        # live batch's rows into this buffer, which the rest of the graph reads.
+        out = self.new_rows(indices)
+        graph_breaks.owned_rows_into(self, indices, out)
+        return out
+
+    def fill_owned_rows(self, indices: torch.Tensor, out: torch.Tensor) -> None:
+        """``out`` = the rows of ``indices`` this shard holds, zeros for the others."""
+        assert self.table is not None, f"Engram layer {self.layer_id}: no table"
         local = indices - self.row_start
         owned = (local >= 0) & (local < self.rows)
         rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
-        return rows.masked_fill(~owned.unsqueeze(-1), 0)
+        out.copy_(rows.masked_fill(~owned.unsqueeze(-1), 0))
 
 
 def engram_forward(
