@@ -80,8 +80,10 @@ class PlacedEngramEmbedding(EngramEmbedding):
         self.shard = shard_name(parallel.tp_rank, self.tp_size)
         self.table: EngramTable | None = None
         self.device = device
-        if self.placement == "ssd":
+        if self.placement == "ssd" and self.rows:
             # Streams this rank's rows from the checkpoint files (first start only).
+            # NOTE: a rank may own no rows of a small table (more ranks than rows): it
+            # holds no table and looks up zeros, which upstream's all-reduce expects.
             self.table = self._open()
         if self.placement != "dram":
             weight_filter.skip_tables(layers={layer_id})
@@ -94,8 +96,8 @@ class PlacedEngramEmbedding(EngramEmbedding):
     def _load_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 weight and scale the loader writes this shard's rows into: for dram the
         packed host buffer the table then adopts (the rows are held once); nothing for
-        ssd and off."""
-        if self.placement == "dram":
+        ssd and off, or a shard without rows."""
+        if self.placement == "dram" and self.rows:
             return packed_host_rows(self.rows, self.dim, self.device)
         weight = torch.empty(0, self.dim, dtype=torch.uint8)
         return weight, torch.empty(0, self.dim // FP8_BLOCK, dtype=torch.uint8)
@@ -110,7 +112,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
         param.data.copy_(loaded_weight[self.row_start : self.row_start + self.rows])
 
     def finish_load(self, label: str) -> None:
-        if self.placement == "dram" and self.table is None:
+        if self.placement == "dram" and self.table is None and self.rows:
             self.table = self._open(self.weight.data, self.scale.data)
             # NOTE: the table adopted the loaded buffer; only the table refers to it now.
             self.weight.data = self.weight.data.new_empty(0, self.dim)
