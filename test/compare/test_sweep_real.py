@@ -163,7 +163,7 @@ def test_launch_sweep_interrupted_and_resumed(tmp_path, model, offline_env) -> N
 def test_multi_turn_workload_on_a_url_server(tmp_path, model, offline_env) -> None:
     # NOTE: the tiny model has no chat template; the chat API needs one.
     with sglang_server(
-        model, "--engram-offload", "dram", "--chat-template", "chatml", "--sleep-on-idle",
+        model, "--engram-offload", "dram", "--chat-template", "chatml",
         log=tmp_path / "server.log",
     ) as url:  # fmt: skip
         config = {"name": "chat", "url": url, "placement": "dram"}

@@ -58,7 +58,7 @@ def _servers(model: Path, logs: Path, *offloads: str) -> Iterator[list[str]]:
             port = free_port()
             log = logs / f"{offload}.log"
             with open(log, "w") as out:
-                argv = launch_command(model, port, "--engram-offload", offload, "--sleep-on-idle")
+                argv = launch_command(model, port, "--engram-offload", offload)
                 procs.append((subprocess.Popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     env=server_env(),

@@ -33,14 +33,22 @@ from sglang_engram.integration import lookup_failures
 __all__ = ["block_rows_into", "hash_ids_into", "is_in_breakable_cuda_graph", "owned_rows_into"]
 
 
-@eager_on_graph
+def _nothing_at_capture(*_: object, **__: object) -> None:
+    """What a lookup break runs while its graph is captured.
+
+    NOTE: the segments are only recorded then, not run: ids computed inside the graph
+    (a decode step's hash ids) hold whatever the pool's memory held, and a table would
+    refuse them or read rows for nothing. Nothing reads the output of a capture."""
+
+
+@eager_on_graph(capture_stub=_nothing_at_capture)
 def owned_rows_into(embedding: Any, indices: torch.Tensor, out: torch.Tensor) -> None:
     """DeepSeek-V4.1: the rows of ``indices`` this rank's shard of ``embedding`` (a
     ``PlacedEngramEmbedding``) holds, zeros for the rest, into ``out``."""
     embedding.fill_owned_rows(indices, out)
 
 
-@eager_on_graph
+@eager_on_graph(capture_stub=_nothing_at_capture)
 def block_rows_into(blocks: Sequence[Any], hash_ids: torch.Tensor, out: torch.Tensor) -> None:
     """The tiny model: every Engram layer's rows of ``hash_ids`` ``[T, layers, cols]``
     into ``out`` ``[len(blocks), T, cols, head_dim]``, one break for all layers (an
