@@ -84,8 +84,8 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         help="Read Engram rows ahead of the layer that needs them: the tiny model's hbm/dram "
         "lookups start on a side stream as soon as the batch's token ids are known "
         "(DeepSeek-V4.1 keeps upstream's schedule); ssd tables read a request's rows from disk "
-        "when it is queued and, with --disable-overlap-schedule, the next decode step's "
-        "rows as soon as tokens are sampled.",
+        "when it is queued and the next decode step's rows as soon as a step's tokens are "
+        "sampled, with the overlap scheduler (the default; keep it) or without it.",
     )
     group.add_argument(
         "--engram-hot-cache-gb",
