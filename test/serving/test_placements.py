@@ -22,7 +22,6 @@ import pytest
 from engram.spec import EngramSpec
 from test.serving.reference import agreement, agreement_all, load_reference, random_prompts
 from test.serving.server import (
-    build_tiny_model,
     generate_ids,
     metrics,
     post,
@@ -37,8 +36,8 @@ ROWS = "sglang:engram_rows_requested_total"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny-engram")
+def tiny(trained_tiny_model) -> Path:
+    return trained_tiny_model
 
 
 @pytest.fixture(scope="module")

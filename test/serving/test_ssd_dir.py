@@ -27,7 +27,6 @@ from engram.ssd.ensure import decide
 from engram.ssd.manifest import TableManifest
 from test.serving.reference import agreement, load_reference, random_prompts
 from test.serving.server import (
-    build_tiny_model,
     generate_ids,
     metrics_after,
     post,
@@ -76,8 +75,8 @@ def _blocks(model, ids: list[int], layer_index: int, rows_per_block: int) -> set
 
 
 @pytest.fixture
-def converted(tmp_path: Path) -> tuple[Path, Path]:
-    tiny = build_tiny_model(tmp_path / "tiny")
+def converted(tmp_path: Path, trained_tiny_model: Path) -> tuple[Path, Path]:
+    tiny = trained_tiny_model
     ssd = tmp_path / "ssd"
     # Small chunks: the open's quick check reads the first and last chunk only.
     run = _run(
