@@ -95,12 +95,14 @@ class DecodeStep:
         self.tokens.copy_((x @ self.head).argmax(-1))
 
 
-def eager(step: DecodeStep, steps: int) -> tuple[list[list[int]], float]:
+def decode(step: DecodeStep, steps: int, run: Callable[[], None]) -> tuple[list[list[int]], float]:
+    """``steps`` greedy steps by ``run`` from the step's current tokens (restored after):
+    each step's tokens, and the seconds per step."""
     start, seen = step.tokens.clone(), []
     sync(step)
     t0 = time.perf_counter()
     for _ in range(steps):
-        step()
+        run()
         seen.append(step.tokens.tolist())
     sync(step)
     step.tokens.copy_(start)
@@ -112,15 +114,7 @@ def graphed(step: DecodeStep, steps: int) -> tuple[list[list[int]], float, str]:
     start = step.tokens.clone()
     replay, harness = capture(step)
     step.tokens.copy_(start)
-    seen = []
-    sync(step)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        replay()
-        seen.append(step.tokens.tolist())
-    sync(step)
-    step.tokens.copy_(start)
-    return seen, (time.perf_counter() - t0) / steps, harness
+    return (*decode(step, steps, replay), harness)
 
 
 def capture(step: DecodeStep) -> tuple[Callable[[], None], str]:
@@ -207,7 +201,7 @@ def main() -> int:
         runs: dict[str, list[list[int]]] = {}
         for name, table in tables.items():
             step = DecodeStep(args, table, device)
-            runs[f"{name} eager"], report[f"{name}_eager_step_ms"] = eager(step, args.steps)
+            runs[f"{name} eager"], report[f"{name}_eager_step_ms"] = decode(step, args.steps, step)
             if device.type == "cuda":
                 seen, t, harness = graphed(step, args.steps)
                 runs[f"{name} graphs"], report[f"{name}_graph_step_ms"] = seen, t

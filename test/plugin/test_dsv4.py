@@ -35,44 +35,6 @@ def _upstream_cls():
     return PlacedEngramEmbedding.__base__
 
 
-@pytest.fixture
-def layout(cpu_context):
-    from sglang.srt.layers.engram import EngramLayout
-
-    fields = engram_fields(layer_ids=(1, 14), n=3, heads=4, head_dim=64)
-    return EngramLayout.from_config(SimpleNamespace(**fields))
-
-
-@pytest.fixture
-def placed(monkeypatch, cpu_context, layout):
-    """Build (served, upstream) embeddings of one layer with ``config``, same rows
-    loaded: ``served`` as SGLang builds it (our class picks the code), ``upstream``
-    from upstream's class directly."""
-    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
-
-    get_runtime().reset()
-
-    def build(config: EngramServerConfig, index: int = 0):
-        use_config(config)
-        args = (
-            layout.num_embeddings[index],
-            layout.head_dim,
-            layout.layer_ids[index],
-            layout.column_bounds(index),
-        )
-        served, ref = PlacedEngramEmbedding(*args), _upstream_cls()(*args)
-        weight, scale = random_table(layout.num_embeddings[index], layout.head_dim)
-        weight, scale = weight.view(torch.float8_e4m3fn), scale.view(torch.float8_e8m0fnu)
-        for module in (served, ref):
-            module.weight.weight_loader(module.weight, weight)
-            module.scale.weight_loader(module.scale, scale)
-            module.finish_load(f"layer {layout.layer_ids[index]}")
-        return served, ref
-
-    yield build
-    get_runtime().reset()
-
-
 def _hash_ids(layout, index, tokens):
     bounds = layout.column_bounds(index)
     cols = [

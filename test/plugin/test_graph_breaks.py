@@ -19,8 +19,8 @@ import pytest
 import torch
 from sglang_engram.args.server_config import EngramServerConfig, use_config
 
-from test.plugin.test_dsv4 import _hash_ids, _upstream_cls
-from test.plugin.tiny import random_table, tiny_config
+from test.plugin.test_dsv4 import _hash_ids
+from test.plugin.tiny import tiny_config
 from test.ssd.helpers import write_checkpoint
 
 
@@ -153,37 +153,3 @@ def test_outside_a_capture_the_lookup_is_a_plain_call(placed, layout):
     assert bcg._current_capture_var.get() is None
     got = served._owned_rows(ids)
     assert torch.equal(got.view(torch.int16), ref._owned_rows(ids).view(torch.int16))
-
-
-@pytest.fixture
-def layout(cpu_context):
-    from sglang.srt.layers.engram import EngramLayout
-
-    from test.plugin.tiny import engram_fields
-
-    fields = engram_fields(layer_ids=(1, 14), n=3, heads=4, head_dim=64)
-    return EngramLayout.from_config(SimpleNamespace(**fields))
-
-
-@pytest.fixture
-def placed(cpu_context, layout):
-    """(ours, upstream's) embeddings of one layer, the same random rows loaded."""
-    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
-
-    def build(config: EngramServerConfig, index: int):
-        use_config(config)
-        args = (
-            layout.num_embeddings[index],
-            layout.head_dim,
-            layout.layer_ids[index],
-            layout.column_bounds(index),
-        )
-        ours, ref = PlacedEngramEmbedding(*args), _upstream_cls()(*args)
-        weight, scale = random_table(layout.num_embeddings[index], layout.head_dim)
-        for module in (ours, ref):
-            module.weight.weight_loader(module.weight, weight.view(torch.float8_e4m3fn))
-            module.scale.weight_loader(module.scale, scale.view(torch.float8_e8m0fnu))
-            module.finish_load("layer")
-        return ours, ref
-
-    return build
