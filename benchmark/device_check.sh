@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine: the GPU tests of engram_kernels, of the ssd/hot-cache
-# tables and of the reference model (trained tiny model, hbm vs dram), then the gather benchmark. Runs on the machine's own torch and Triton (no SGLang,
-# no package registry): engram and engram_kernels are imported from this checkout via
-# PYTHONPATH.
-# Writes gpu_tests.log, bench.log and bench.json under $OUT when OUT is set.
-# Budget: under 8 minutes (tests <= 5, benchmark <= 3).
+# tables and of the reference model (trained tiny model, hbm vs dram), then ssd lookups as
+# eager breaks of CUDA-graph-captured decode steps (tokens equal to dram's, step time with
+# and without graphs), then the gather benchmark. Runs on the machine's own torch and
+# Triton (no SGLang, no package registry): engram and engram_kernels are imported from
+# this checkout via PYTHONPATH.
+# Writes gpu_tests.log, graph_breaks.log, graph_breaks.json, bench.log and bench.json
+# under $OUT when OUT is set.
+# Budget: under 8 minutes (tests <= 4, graph breaks <= 1.5, benchmark <= 2.5).
 #
 #   bash benchmark/device_check.sh            # from the repository root
 #   PYTHON=/path/to/python3 bash benchmark/device_check.sh
@@ -36,12 +39,17 @@ if compgen -G ".device-wheels/*.whl" >/dev/null; then
 fi
 "$PY" -c "import pytest" 2>/dev/null || echo "device_check: pytest is not installed here and no .device-wheels/ was carried"
 
-timeout 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider test/kernels test/ssd/test_gpu.py test/eval/test_gpu.py 2>&1 | save gpu_tests.log
+timeout 240 "$PY" -m pytest -q -m gpu -p no:cacheprovider test/kernels test/ssd/test_gpu.py test/eval/test_gpu.py 2>&1 | save gpu_tests.log
 tests=${PIPESTATUS[0]}
 
-timeout 180 "$PY" benchmark/bench_gather.py 2>&1 | save bench.log
+# ssd decode inside captured graphs: exit 1 if any run's tokens differ from dram's
+timeout 90 "$PY" benchmark/graph_break_check.py 2>&1 | save graph_breaks.log
+graphs=${PIPESTATUS[0]}
+if [ -n "$DEST" ]; then tail -n 1 "$DEST/graph_breaks.log" > "$DEST/graph_breaks.json"; fi
+
+timeout 150 "$PY" benchmark/bench_gather.py 2>&1 | save bench.log
 bench=${PIPESTATUS[0]}
 if [ -n "$DEST" ]; then tail -n 1 "$DEST/bench.log" > "$DEST/bench.json"; fi
 
-echo "device_check: gpu tests exit $tests, benchmark exit $bench"
-[ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]
+echo "device_check: gpu tests exit $tests, graph breaks exit $graphs, benchmark exit $bench"
+[ "$tests" -eq 0 ] && [ "$graphs" -eq 0 ] && [ "$bench" -eq 0 ]

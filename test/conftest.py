@@ -13,6 +13,15 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.fixture(scope="session")
+def trained_tiny_model(tmp_path_factory: pytest.TempPathFactory):
+    """The bundled trained tiny Engram model, built once per test session and shared by
+    every directory's servers, tools and references (all of them only read it)."""
+    from test.serving.server import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("shared-model") / "tiny-engram")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _has_gpu():
         return

@@ -129,7 +129,13 @@ class TinyEngramModel(nn.Module):
         if placement == "ssd":
             if ssd_dir is None:
                 raise EngramConfigError("the ssd placement needs an ssd_dir for its table files")
-            convert_checkpoint(model_dir, Path(ssd_dir), log=logger.info, show_progress=False)
+            convert_checkpoint(
+                model_dir,
+                Path(ssd_dir),
+                log=logger.info,
+                show_progress=False,
+                warn=logger.warning,  # NOTE: a table converted again is said on any console
+            )
         weights = model_file(model_dir, WEIGHTS_FILE)
         try:
             with safe_open(str(weights), framework="pt") as f:

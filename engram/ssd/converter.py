@@ -42,7 +42,11 @@ def convert_checkpoint(
     verify: bool = False,
     log: Callable[[str], None] = print,
     show_progress: bool = True,
+    warn: Callable[[str], None] | None = None,
 ) -> CheckpointManifest:
+    """Convert ``checkpoint``'s tables into ``out`` (see the module docstring); progress
+    lines go to ``log``, the line saying a table is converted again to ``warn`` (default:
+    ``log``)."""
     found = find_checkpoint_tables(checkpoint)
     log(f"{checkpoint}: {found.describe()}")
     tables = found.tables
@@ -51,7 +55,10 @@ def convert_checkpoint(
     total = sum(source_layout(rows, chunk_bytes).file_bytes for rows in tables.values())
     todo = [d for d in decisions.values() if not d.reuse]
     for d in todo:
-        log(f"{d.path.name}: {d.why}")
+        if d.again is not None:
+            (warn or log)(d.again)
+        else:
+            log(f"{d.path.name}: {d.why}")
     needed = sum(d.write_bytes for d in todo)
     if not todo:
         log(f"{out} is already converted from this checkpoint")
@@ -71,7 +78,7 @@ def convert_checkpoint(
         if show_progress and todo
         else None
     )
-    options = {"chunk_bytes": chunk_bytes, "check_space": check_space}
+    options = {"chunk_bytes": chunk_bytes, "check_space": check_space, "announce": False}
     for layer, rows in tables.items():
         on_chunk = progress.update if progress is not None else None
         ensure_table(paths[layer], rows, **options, on_chunk=on_chunk, swap_in=False)

@@ -65,6 +65,14 @@ class Decision:
     def reuse(self) -> bool:
         return self.manifest is not None
 
+    @property
+    def again(self) -> str | None:
+        """The one line saying that a table found at ``path`` is converted again, and
+        what was wrong with it; None when it is reused or there was none."""
+        if self.reuse or not self.stale_bytes:
+            return None
+        return f"converting the SSD table {self.path} again from the checkpoint: {self.why}"
+
 
 def decide(path: Path, source: RowSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Decision:
     """Reuse the table at ``path``, or convert ``source`` there (see the module NOTE)."""
@@ -120,11 +128,13 @@ def ensure_table(
     check_space: bool = True,
     on_chunk: Callable[[int], None] | None = None,
     swap_in: bool = True,
+    announce: bool = True,
 ) -> TableManifest:
     """The manifest of a table at ``path`` holding ``source``'s rows, converting them
     first unless :func:`decide` reuses what is there. ``source=None``: open as it is.
     ``swap_in=False`` only writes the new table beside the old one (and returns its
-    manifest); a later call with ``swap_in=True`` then swaps it in at once."""
+    manifest); a later call with ``swap_in=True`` then swaps it in at once. A table
+    converted again is said in one warning (``announce=False``: the caller said it)."""
     if source is None:
         if not (path / MANIFEST).exists():
             what = "has no manifest.json" if path.exists() else "does not exist"
@@ -142,8 +152,9 @@ def ensure_table(
         decision = decide(path, source, chunk_bytes)
         if decision.manifest is not None:
             return decision.manifest
-        if (path / MANIFEST).exists():
-            logger.info("converting the SSD table %s again: %s", path, decision.why)
+        if announce and decision.again is not None:
+            # NOTE: a warning, so that a command line without logging set up shows it too
+            logger.warning("%s", decision.again)
         if check_space:
             require_space(path.parent, decision.write_bytes)
         work = partial_path(path)

@@ -93,5 +93,6 @@ class HotRowCache(EngramTable):
 
 
 def with_hot_cache(table: EngramTable, capacity_bytes: int) -> EngramTable:
-    """``table`` behind an HBM hot-row cache of ``capacity_bytes`` (unchanged if 0)."""
-    return HotRowCache(table, capacity_bytes) if capacity_bytes > 0 else table
+    """``table`` behind an HBM hot-row cache of ``capacity_bytes`` (unchanged if 0, or
+    if the table has no rows: a TP shard of a table smaller than the TP group)."""
+    return HotRowCache(table, capacity_bytes) if capacity_bytes > 0 and table.num_rows else table

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sglang_engram.args.model_facts import ModelFacts
     from sglang_engram.args.server_config import EngramServerConfig
     from sglang_engram.integration.kernel_standin import KernelStatus
+    from sglang_engram.lookahead.overlap_read_ahead import OverlapReadAhead
     from sglang_engram.lookahead.row_hasher import RowHasher
     from sglang_engram.metrics.exporter import EngramMetrics
     from sglang_engram.tables.served import ServedTable
@@ -97,10 +98,12 @@ class FailureState:
 
 @dataclass
 class ReadAheadState:
-    """``lookahead.ssd_read_ahead``: the live decode-step handle of each table."""
+    """``lookahead.ssd_read_ahead``: the live decode-step handle of each table;
+    ``lookahead.overlap_read_ahead``: its reader (under the overlap scheduler)."""
 
     # NOTE: id(table) -> its handle: one per table, the next step's replaces it.
     decode_handles: dict[int, PrefetchHandle] = field(default_factory=dict)
+    overlap: OverlapReadAhead | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -141,6 +144,8 @@ class EngramRuntime:
         with handles.lock:
             released = list(handles.decode_handles.values())
             handles.decode_handles.clear()
+            if handles.overlap is not None:
+                handles.overlap.close()
         for handle in released:
             handle.release()
         if metrics is not None:

@@ -92,6 +92,7 @@ def test_cpu_plan_gives_workers_no_gpus_and_the_cpu_engine(tmp_path):
         assert w["gpus"] == 0 and w["env"] == {"SGLANG_USE_CPU_ENGINE": "1"}
         assert _after(w["command"], "--device") == "cpu"
         assert _after(w["command"], "--max-total-tokens") == str(CPU_KV_TOKENS)
+        assert "--sleep-on-idle" in w["command"]  # an idle CPU scheduler spins a core
     assert _after(prefill["command"], "--engram-offload") == "dram"
     assert _after(decode["command"], "--engram-offload") == "off"
     assert plan["router"]["env"] == {} and plan["router"]["port"] == 8100

@@ -25,7 +25,7 @@ from sglang_engram.compare import facts
 from sglang_engram.compare.results import read_results
 from sglang_engram.integration.kernel_standin import gpu_present
 
-from test.serving.server import build_tiny_model, sglang_server
+from test.serving.server import sglang_server
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +34,8 @@ ON_CPU = not gpu_present()
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny-engram")
+def model(trained_tiny_model: Path) -> Path:
+    return trained_tiny_model
 
 
 def _spec(tmp_path: Path, model: Path, configs: list[dict], **kw) -> Path:
@@ -163,7 +163,7 @@ def test_launch_sweep_interrupted_and_resumed(tmp_path, model, offline_env) -> N
 def test_multi_turn_workload_on_a_url_server(tmp_path, model, offline_env) -> None:
     # NOTE: the tiny model has no chat template; the chat API needs one.
     with sglang_server(
-        model, "--engram-offload", "dram", "--chat-template", "chatml", "--sleep-on-idle",
+        model, "--engram-offload", "dram", "--chat-template", "chatml",
         log=tmp_path / "server.log",
     ) as url:  # fmt: skip
         config = {"name": "chat", "url": url, "placement": "dram"}

@@ -27,7 +27,6 @@ from engram.eval.__main__ import main
 from engram.eval.remote import remote_exact_match
 from test.serving.reference import agreement, load_reference
 from test.serving.server import (
-    build_tiny_model,
     free_port,
     generate_ids,
     launch_command,
@@ -41,9 +40,9 @@ SERVED_AS = {"dram": "both", "off": "none"}
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(trained_tiny_model):
     """The bundled trained tiny model: its directory and the reference model on it."""
-    model_dir = build_tiny_model(tmp_path_factory.mktemp("trained") / "tiny-engram")
+    model_dir = trained_tiny_model
     model = load_reference(model_dir)
     yield model_dir, model
     model.close()
@@ -58,7 +57,7 @@ def _servers(model: Path, logs: Path, *offloads: str) -> Iterator[list[str]]:
             port = free_port()
             log = logs / f"{offload}.log"
             with open(log, "w") as out:
-                argv = launch_command(model, port, "--engram-offload", offload, "--sleep-on-idle")
+                argv = launch_command(model, port, "--engram-offload", offload)
                 procs.append((subprocess.Popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     env=server_env(),

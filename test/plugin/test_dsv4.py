@@ -36,44 +36,6 @@ def _upstream_cls():
     return PlacedEngramEmbedding.__base__
 
 
-@pytest.fixture
-def layout(cpu_context):
-    from sglang.srt.layers.engram import EngramLayout
-
-    fields = engram_fields(layer_ids=(1, 14), n=3, heads=4, head_dim=64)
-    return EngramLayout.from_config(SimpleNamespace(**fields))
-
-
-@pytest.fixture
-def placed(monkeypatch, cpu_context, layout):
-    """Build (served, upstream) embeddings of one layer with ``config``, same rows
-    loaded: ``served`` as SGLang builds it (our class picks the code), ``upstream``
-    from upstream's class directly."""
-    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
-
-    get_runtime().reset()
-
-    def build(config: EngramServerConfig, index: int = 0):
-        use_config(config)
-        args = (
-            layout.num_embeddings[index],
-            layout.head_dim,
-            layout.layer_ids[index],
-            layout.column_bounds(index),
-        )
-        served, ref = PlacedEngramEmbedding(*args), _upstream_cls()(*args)
-        weight, scale = random_table(layout.num_embeddings[index], layout.head_dim)
-        weight, scale = weight.view(torch.float8_e4m3fn), scale.view(torch.float8_e8m0fnu)
-        for module in (served, ref):
-            module.weight.weight_loader(module.weight, weight)
-            module.scale.weight_loader(module.scale, scale)
-            module.finish_load(f"layer {layout.layer_ids[index]}")
-        return served, ref
-
-    yield build
-    get_runtime().reset()
-
-
 def _hash_ids(layout, index, tokens):
     bounds = layout.column_bounds(index)
     cols = [
@@ -437,3 +399,54 @@ def test_dram_on_several_nodes_uses_the_per_rank_host_table(
     assert type(built) is _upstream_cls()
     chosen = user_layout or ("per_rank" if nnodes > 1 else "shared")
     assert layouts == [chosen] and os.environ.get(name) == user_layout
+
+
+@pytest.mark.parametrize("offload", ["dram", "ssd"])
+def test_a_rank_without_rows_of_a_small_table_serves_zeros(sglang_with_plugin, offload, tmp_path):
+    """TP=4 over a 2-row table (equal split: ranks 0 and 2 own no row) with a hot cache:
+    every rank starts; a rank without rows looks up zeros, and the four ranks' rows add
+    up (upstream's all-reduce) to the table's."""
+    from sglang.srt.layers.engram import EngramLayout, shard_range
+    from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
+    from sglang.srt.server_args import ServerArgs
+    from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
+
+    from test.plugin.tiny import tiny_config
+    from test.ssd.helpers import write_checkpoint
+
+    # NOTE: the tiny model's config.json: one SGLang loads here (DSv4.1's needs all of it)
+    fields = tiny_config(layer_ids=(1, 3), n=2, heads=1, head_dim=64, vocab_start=2)
+    layout = EngramLayout.from_config(SimpleNamespace(**fields))
+    assert layout.num_embeddings[0] == 2
+    model = tmp_path / "model"
+    weight, scale = write_checkpoint(model, fields)[1]
+    get_runtime().reset()
+    use_config(
+        EngramServerConfig(offload=offload, hot_cache_gb=0.001, ssd_dir=str(tmp_path / "ssd"))
+    )
+    args = (2, layout.head_dim, 1, layout.column_bounds(0))
+    ids = torch.randint(0, 2, (random.randint(1, 30), 1))
+    total = torch.zeros(*ids.shape, layout.head_dim)
+    for rank in range(4):
+        context = create_context(
+            ServerArgs(model_path=str(model), tp_size=4, device="cpu"),
+            role="scheduler",
+            ranks=SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank),
+        )
+        with use_context(context):
+            served = PlacedEngramEmbedding(*args)
+            served.weight.weight_loader(served.weight, weight.view(torch.float8_e4m3fn))
+            served.scale.weight_loader(served.scale, scale.view(torch.float8_e8m0fnu))
+            served.finish_load(f"layer 1 rank {rank}")
+        start, end = shard_range(2, args[3], rank, 4)
+        assert served.rows == end - start
+        rows = served._owned_rows(ids)
+        if served.rows == 0:
+            assert served.table is None and not rows.any()
+        total += rows.float()
+    get_runtime().reset()
+    want = (
+        weight.view(torch.float8_e4m3fn)[ids].float().unflatten(-1, (-1, 32))
+        * scale.view(torch.float8_e8m0fnu)[ids].float().unsqueeze(-1)
+    ).flatten(-2)
+    assert torch.equal(total, want.to(torch.bfloat16).float())

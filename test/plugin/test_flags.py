@@ -128,17 +128,67 @@ def test_config_survives_the_trip_to_a_scheduler_process(parse, model_dir):
     assert EngramServerConfig.from_json(os.environ[ENV_VAR]) == config_of(args)
 
 
-def test_tiny_model_runs_eagerly_unless_graphs_are_chosen(parse, model_dir):
-    assert parse(["--model-path", model_dir]).disable_cuda_graph is True
+def _resolved_backends(server_args) -> dict[str, str]:
+    """The decode and prefill backends SGLang resolves from ``server_args``."""
+    from sglang.srt.arg_groups.overrides import resolution_result
+
+    server_args.resolve_once()
+    config = resolution_result(server_args, "cuda_graph_config")
+    return {"decode": config.decode.backend, "prefill": config.prefill.backend}
+
+
+def test_host_lookups_keep_decode_graphs_on_the_breakable_backend(
+    parse, model_dir, dsv4_dir, tmp_path, monkeypatch
+):
+    """ssd (any Engram model) and the tiny model: decode graphs stay on, with SGLang's
+    breakable backend (the lookups are its eager breaks), as SGLang resolves them."""
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")  # resolving needs a device here
+    ssd = ["--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path)]
+    for argv in (["--model-path", model_dir], ["--model-path", dsv4_dir, *ssd]):
+        args = parse([*argv, "--device", "cpu"])
+        assert args.disable_cuda_graph is False and args.cuda_graph_backend_decode == "breakable"
+        if argv[1] == model_dir:
+            assert _resolved_backends(args)["decode"] == "breakable"
+    # a PD prefill worker captures no decode graphs (SGLang turns them off)
+    prefill = parse(["--model-path", model_dir, "--disaggregation-mode", "prefill"])
+    assert prefill.cuda_graph_backend_decode is None and prefill.disable_cuda_graph is False
+
+
+def test_graph_choices_are_kept_or_refused_in_one_line(parse, model_dir, dsv4_dir, tmp_path):
+    ssd = ["--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path)]
+    for model in (model_dir, dsv4_dir):
+        argv = ["--model-path", model, *ssd]
+        for choice in (
+            ["--cuda-graph-backend-decode", "full"],
+            ["--cuda-graph-backend-prefill", "full"],
+            ["--cuda-graph-config", '{"decode": {"backend": "full"}}'],
+        ):
+            with pytest.raises(SystemExit) as exc:
+                parse([*argv, *choice])
+            assert str(exc.value).startswith("sglang-engram: error: --engram-offload ssd")
+            assert "\n" not in str(exc.value) and "breakable" in str(exc.value)
+        kept = parse([*argv, "--cuda-graph-backend-decode", "disabled"])
+        assert kept.cuda_graph_backend_decode == "disabled" and not kept.disable_cuda_graph
+        kept = parse([*argv, "--cuda-graph-config", '{"decode": {"backend": "breakable"}}'])
+        assert kept.cuda_graph_backend_decode is None  # the JSON choice is SGLang's to apply
+        assert parse([*argv, "--disable-decode-cuda-graph"]).cuda_graph_backend_decode is None
+    # the tiny model's hbm/dram tables: a full graph is the user's choice
     chosen = parse(["--model-path", model_dir, "--cuda-graph-backend-decode", "full"])
-    assert chosen.disable_cuda_graph is False
+    assert chosen.cuda_graph_backend_decode == "full" and chosen.disable_cuda_graph is False
 
 
-def test_graphs_with_ssd_tables_are_refused(parse, model_dir, tmp_path):
-    argv = ["--model-path", model_dir, "--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path)]
-    with pytest.raises(SystemExit, match="CUDA graphs cannot capture"):
-        parse([*argv, "--cuda-graph-backend-decode", "full"])
-    assert parse(argv).disable_cuda_graph is True
+def test_graphs_are_off_where_the_breakable_backend_cannot_serve(
+    parse, model_dir, monkeypatch, capfd
+):
+    monkeypatch.setenv("SGLANG_MEMORY_SAVER_CUDA_GRAPH", "1")
+    args = parse(["--model-path", model_dir, "--enable-memory-saver"])
+    assert args.disable_cuda_graph is True
+    # NOTE: SGLang's parser sets up its own logging to stderr (replacing caplog's)
+    err = capfd.readouterr().err.splitlines()
+    [line] = [line for line in err if "CUDA graphs are off" in line]
+    assert "SGLANG_MEMORY_SAVER_CUDA_GRAPH" in line
+    # without the memory saver the same server keeps its graphs
+    assert parse(["--model-path", model_dir]).disable_cuda_graph is False
 
 
 @pytest.fixture
@@ -152,15 +202,14 @@ def dsv4_dir(tmp_path):
     return str(write_model_dir(tmp_path / "dsv4", config))
 
 
-def test_ssd_turns_graphs_off_for_any_engram_model(parse, dsv4_dir, tmp_path):
-    ssd = ["--model-path", dsv4_dir, "--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path)]
-    assert parse(ssd).disable_cuda_graph is True
-    with pytest.raises(SystemExit, match="CUDA graphs cannot capture"):
-        parse([*ssd, "--cuda-graph-backend-decode", "full"])
+def test_upstreams_hbm_and_dram_keep_sglangs_graph_choices(parse, dsv4_dir):
     # hbm/dram lookups (and the hot cache, which steps aside in a capture) keep graphs
     for offload in ("hbm", "dram"):
         argv = ["--model-path", dsv4_dir, "--engram-offload", offload]
-        assert parse([*argv, "--engram-hot-cache-gb", "0.001"]).disable_cuda_graph is False
+        args = parse([*argv, "--engram-hot-cache-gb", "0.001"])
+        assert args.disable_cuda_graph is False and args.cuda_graph_backend_decode is None
+        chosen = parse([*argv, "--cuda-graph-backend-decode", "full"])
+        assert chosen.cuda_graph_backend_decode == "full"
 
 
 def test_unknown_placement_lists_the_choices(parse, model_dir, capsys):

@@ -115,6 +115,55 @@ def test_decode_steps_read_one_step_ahead(served) -> None:
             assert held == torch.unique(row_ids[:, i]).numel() * table.row_bytes  # one handle
 
 
+@pytest.mark.parametrize("threaded", [False, True], ids=["cpu-engine", "worker-thread"])
+def test_overlap_scheduler_reads_one_step_ahead_from_the_launched_result(served, threaded) -> None:
+    """SGLang's overlap scheduler: step k + 1 is launched before step k's result is
+    processed. Real requests, batches and results (``GenerationBatchResult``, a host
+    copy event); the hook on ``run_batch`` reads the rows of the n-grams ending at each
+    step's sampled token, counting the tokens the scheduler has not processed yet.
+    ``threaded``: the worker thread a GPU server uses (the copy is waited for there)."""
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang_engram.lookahead import overlap_read_ahead as overlap
+
+    hasher, tables, references = served
+    table_registry.set_hasher(EngramRowHasher(hasher))
+    lengths = [1, random.randint(2, 40), random.randint(41, 90)]
+    reqs = [
+        Req(f"r{k}", "", torch.randint(0, hasher.vocab_size, (n,)).tolist(), SamplingParams())
+        for k, n in enumerate(lengths)
+    ]
+    batch = ScheduleBatch(reqs=reqs)
+    scheduler = SimpleNamespace(enable_overlap=True)  # stands in for SGLang's Scheduler
+    get_runtime().read_ahead.overlap = reader = overlap.OverlapReadAhead(threaded)
+    sampled: list[list[int]] = []
+    for step in range(5):
+        batch.forward_mode = ForwardMode.EXTEND if step == 0 else ForwardMode.DECODE
+        tokens = torch.randint(0, hasher.vocab_size, (len(reqs),))
+        sampled.append(tokens.tolist())
+        result = GenerationBatchResult(next_token_ids=tokens, copy_done=torch.cpu.Event())
+        result.copy_done.record()
+        before = [t.stats()["prefetch_hits"] for t in tables]
+        overlap.after_run_batch(result, scheduler, batch)
+        reader.drain()
+        if step:  # the scheduler processes the previous step only now
+            for req, token in zip(reqs, sampled[step - 1], strict=True):
+                req.output_ids.append(token)
+        outputs = [[s[k] for s in sampled] for k in range(len(reqs))]
+        windows = [r.origin_input_ids + o for r, o in zip(reqs, outputs, strict=True)]
+        row_ids = torch.stack([hasher.hash(torch.tensor(w))[-1] for w in windows])
+        for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
+            _assert_rows(table, ref, row_ids[:, i])
+            hits = table.stats()["prefetch_hits"] - before[i]
+            assert hits == torch.unique(row_ids[:, i]).numel(), f"step {step} layer {i}"
+    reader.close()
+    # the scheduler without overlap reads ahead from process_batch_result instead
+    overlap.after_run_batch(result, SimpleNamespace(enable_overlap=False), batch)
+    assert len(reader._sampled) == len(reqs)
+
+
 def test_finished_requests_are_not_read_ahead(served) -> None:
     from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
     from sglang.srt.sampling.sampling_params import SamplingParams

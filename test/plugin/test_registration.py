@@ -41,6 +41,12 @@ def test_every_hook_target_exists_upstream(hook):
         assert callable(target) and callable(ours)
 
 
+def test_each_target_is_hooked_once():
+    """SGLang's registry patches a target once: a second hook on it would never run."""
+    targets = [hook.target for hook in HOOKS]
+    assert len(targets) == len(set(targets)), sorted(t for t in targets if targets.count(t) > 1)
+
+
 def test_load_plugins_applies_every_hook(sglang_with_plugin):
     from sglang.srt.plugins.hook_registry import HookRegistry
 

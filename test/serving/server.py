@@ -43,10 +43,12 @@ def build_tiny_model(out: Path) -> Path:
 
 
 def device_args() -> list[str]:
-    """What a server needs on this machine: nothing on a GPU, the CPU engine without."""
+    """What a server needs on this machine: nothing on a GPU, the CPU engine without
+    (and ``--sleep-on-idle``: an idle CPU scheduler spins a core, which on a 2-core
+    machine slows every other server and test)."""
     if gpu_present():
         return []
-    return ["--device", "cpu", "--max-total-tokens", str(CPU_KV_TOKENS)]
+    return ["--device", "cpu", "--max-total-tokens", str(CPU_KV_TOKENS), "--sleep-on-idle"]
 
 
 def server_env() -> dict[str, str]:

@@ -9,11 +9,9 @@ import sys
 
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
 
-from test.serving.server import build_tiny_model
 
-
-def test_device_cpu_without_the_cpu_engine_is_one_line(tmp_path):
-    model = build_tiny_model(tmp_path / "tiny-engram")
+def test_device_cpu_without_the_cpu_engine_is_one_line(trained_tiny_model):
+    model = trained_tiny_model
     env = {k: v for k, v in os.environ.items() if k != CPU_ENGINE_VAR}
     out = subprocess.run(
         [

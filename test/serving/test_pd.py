@@ -33,7 +33,6 @@ from test.serving.reference import (
     random_prompts,
 )
 from test.serving.server import (
-    build_tiny_model,
     free_port,
     generate_ids,
     metrics,
@@ -73,8 +72,8 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny-engram")
+def tiny(trained_tiny_model) -> Path:
+    return trained_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 from engram.spec import EngramSpec
 from test.serving.reference import agreement, agreement_all, load_reference, random_prompts
 from test.serving.server import (
-    build_tiny_model,
     generate_ids,
     metrics,
     post,
@@ -37,8 +37,8 @@ ROWS = "sglang:engram_rows_requested_total"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny-engram")
+def tiny(trained_tiny_model) -> Path:
+    return trained_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +173,16 @@ def test_ssd_ram_cache_and_read_ahead_are_counted(server, reference, spec):
     prefetched = grown("sglang:engram_ssd_prefetch_hits_total")
     # prompts are read ahead at admission, so lookups take rows the read-ahead holds
     assert 0 < prefetched <= unique
+    # and so are decode steps, one step ahead, under SGLang's default overlap scheduler:
+    # beyond the prompts' own rows (the most admission gives), a good share of the rows
+    # the decode steps look up came from the read-ahead
+    prompt_rows = sum(
+        torch.unique(reference.hasher.hash(torch.tensor(p))[:, k]).numel()
+        for p in prompts
+        for k in range(spec.n_layers)
+    )
+    decode_rows = len(prompts) * (NEW_TOKENS - 1) * spec.n_layers * spec.n_cols
+    assert prefetched - prompt_rows > decode_rows / 4, (prefetched, prompt_rows, decode_rows)
     # every other distinct row of a lookup is looked for in the RAM cache (so are the
     # rows the read-ahead reads: the cache counts those probes too)
     assert unique - prefetched <= hits + misses <= unique + prefetched

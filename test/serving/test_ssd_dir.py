@@ -27,7 +27,6 @@ from engram.ssd.ensure import decide
 from engram.ssd.manifest import TableManifest
 from test.serving.reference import agreement, load_reference, random_prompts
 from test.serving.server import (
-    build_tiny_model,
     generate_ids,
     metrics_after,
     post,
@@ -76,8 +75,8 @@ def _blocks(model, ids: list[int], layer_index: int, rows_per_block: int) -> set
 
 
 @pytest.fixture
-def converted(tmp_path: Path) -> tuple[Path, Path]:
-    tiny = build_tiny_model(tmp_path / "tiny")
+def converted(tmp_path: Path, trained_tiny_model: Path) -> tuple[Path, Path]:
+    tiny = trained_tiny_model
     ssd = tmp_path / "ssd"
     # Small chunks: the open's quick check reads the first and last chunk only.
     run = _run(
@@ -144,6 +143,10 @@ def test_cpu_tools_and_a_server_reuse_a_converted_dir_and_contain_damage(convert
         now = _stamps(ssd)
         assert now["layer1"] != stamps["layer1"] and now["layer3"] == stamps["layer3"]
         assert agreement(reference, hit, generate_ids(url, hit, 8)).all_agree
+    # the server said it in one line: which table, what was wrong, converted again
+    log = (ssd.parent / "server2.log").read_text().splitlines()
+    [said] = [line for line in log if "again from the checkpoint" in line]
+    assert f"converting the SSD table {layer1} again" in said and "found damaged" in said
     assert decide(layer1, source).reuse
     assert sorted(os.listdir(ssd)) == LAYOUT
 
@@ -166,6 +169,9 @@ def test_generate_on_a_damaged_table_fails_in_one_line_then_converts_again(conve
     assert f"{ssd / 'layer1'}: checksum mismatch" in lines[0] and " chunk " in lines[0]
     again = _run(*command)  # the damaged table was marked: converted again, then served
     assert again.returncode == 0, again.stderr
+    [said] = again.stderr.splitlines()  # said in one line
+    assert said.startswith(f"converting the SSD table {ssd / 'layer1'} again from the checkpoint")
+    assert "found damaged while serving" in said and "checksum mismatch" in said
     dram = _run(*command[:5], "dram", *command[8:])
     assert dram.returncode == 0, dram.stderr
     assert again.stdout == dram.stdout

@@ -133,7 +133,8 @@ def test_tables_of_other_rows_are_converted_again(tmp_path: Path) -> None:
     assert (data.stat().st_ino, data.stat().st_mtime_ns) == stamp  # reused, not rewritten
     logged.clear()
     convert_checkpoint(tmp_path / "b", tmp_path / "ssd", log=logged.append, show_progress=False)
-    assert any(line.startswith("layer1: it was converted from other rows") for line in logged)
+    again = f"converting the SSD table {tmp_path / 'ssd' / 'layer1'} again from the checkpoint: "
+    assert any(line.startswith(f"{again}it was converted from other rows") for line in logged)
     for layer, (weight, scale) in b_tables.items():
         ids = torch.randint(0, weight.shape[0], (400,))
         dram = create_table("dram", weight, scale, device="cpu")

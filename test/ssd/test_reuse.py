@@ -79,7 +79,7 @@ def test_changed_checkpoint_bytes_are_converted_again(converted) -> None:
 
 
 @pytest.mark.parametrize("damage", ["flip-a-byte", "truncate", "no-data-file", "old-format"])
-def test_a_damaged_table_is_converted_again(converted, damage: str) -> None:
+def test_a_damaged_table_is_converted_again(converted, damage: str, caplog) -> None:
     ckpt, path, tables = converted
     data = path / "rows.bin"
     if damage == "flip-a-byte":
@@ -99,9 +99,41 @@ def test_a_damaged_table_is_converted_again(converted, damage: str) -> None:
     source = find_tables(ckpt)[1]
     decision = decide(path, source)
     assert not decision.reuse and decision.why.startswith("it is unusable: ")
-    ensure_table(path, source)
+    with caplog.at_level("INFO", logger="engram.ssd.ensure"):
+        ensure_table(path, source)
+    # one line: which table, that it is converted again, what was wrong
+    [said] = [r for r in caplog.records if "again" in r.getMessage()]
+    assert said.levelname == "WARNING"
+    assert said.getMessage() == (
+        f"converting the SSD table {path} again from the checkpoint: {decision.why}"
+    )
     assert decide(path, source).reuse
     assert _serves(path, *tables[1])
+
+
+def test_convert_says_which_damaged_table_it_converts_again(converted) -> None:
+    """``python -m engram.convert`` over a table that a server marked damaged: one line
+    names it, says what was found and that it is converted again; the other is reused."""
+    from engram.ssd.faults import EngramChecksumError
+    from engram.ssd.integrity import mark_damaged
+
+    ckpt, path, tables = converted
+    args = ("--checkpoint", str(ckpt), "--out", str(path.parent), "--quiet")
+    first = run_convert(*args)  # converts layer 3 beside the fixture's layer 1
+    assert first.returncode == 0, first.stderr
+    chunk = int(torch.randint(0, 3, ()))
+    mark_damaged(path, EngramChecksumError(f"checksum mismatch in chunk {chunk}", path, chunk))
+    run = run_convert(*args)
+    assert run.returncode == 0, run.stderr
+    lines = [
+        line for line in run.stdout.splitlines() if "layer" in line and "published" not in line
+    ]
+    assert lines == [
+        f"converting the SSD table {path} again from the checkpoint: it is unusable: SSD table "
+        f"{path} was found damaged while serving: checksum mismatch in chunk {chunk}"
+    ], run.stdout
+    assert "again" not in run.stderr  # said once
+    assert decide(path, find_tables(ckpt)[1]).reuse and _serves(path, *tables[1])
 
 
 def test_a_half_written_table_is_resumed(converted) -> None:

@@ -85,8 +85,8 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         help="Read Engram rows ahead of the layer that needs them: the tiny model's hbm/dram "
         "lookups start on a side stream as soon as the batch's token ids are known "
         "(DeepSeek-V4.1 keeps upstream's schedule); ssd tables read a request's rows from disk "
-        "when it is queued and, with --disable-overlap-schedule, the next decode step's "
-        "rows as soon as tokens are sampled.",
+        "when it is queued and the next decode step's rows as soon as a step's tokens are "
+        "sampled, with the overlap scheduler (the default; keep it) or without it.",
     )
     group.add_argument(
         "--engram-hot-cache-gb",
@@ -148,6 +148,7 @@ def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
 
 def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
     """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
+    from sglang_engram.args.graph_policy import graph_policy
     from sglang_engram.args.model_facts import model_facts
     from sglang_engram.args.startup_checks import check_startup
     from sglang_engram.integration.cpu_serving import adjust_for_cpu, check_cpu_engine
@@ -180,43 +181,3 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
         else ""
     )
     logger.info("%s%s", config.describe(), served)
-
-
-def graph_policy(server_args: Any, config: EngramServerConfig) -> None:
-    """CUDA graphs against Engram placements they cannot replay.
-
-    - ``ssd`` (any Engram model): lookups read table files on the host, which a graph
-      cannot capture. Graphs are turned off (said in the log) unless the user chose
-      graph options, which is then refused with one line.
-    - the tiny Engram model runs eagerly unless graph options are chosen: its lookups
-      go through the core library's tables (host-side counters, the prefetch side
-      stream), none of which a replay would run.
-
-    NOTE: ``hbm``/``dram`` lookups are capture-safe kernels, and the HBM hot cache
-    steps aside while a graph is captured (replays read the wrapped table), so
-    upstream's DeepSeek-V4.1 keeps its graphs with those.
-    """
-    from sglang_engram.args.model_facts import model_facts
-
-    family = model_facts(getattr(server_args, "model_path", None)).family
-    if family is None or not family.served or not config.enabled or server_args.disable_cuda_graph:
-        return
-    if not (family.eager or config.offload == "ssd"):
-        return
-    chosen = (
-        getattr(server_args, "cuda_graph_config", None),
-        getattr(server_args, "cuda_graph_backend_decode", None),
-        getattr(server_args, "cuda_graph_backend_prefill", None),
-    )
-    if any(value is not None for value in chosen):
-        if config.offload == "ssd":
-            # NOTE: a graph replay would skip the file reads and serve stale rows.
-            raise SystemExit(
-                "sglang-engram: error: --engram-offload ssd reads table files during the "
-                "forward pass, which CUDA graphs cannot capture; drop the --cuda-graph-* "
-                "options or pass --disable-cuda-graph"
-            )
-        return
-    server_args.disable_cuda_graph = True
-    why = "its ssd tables are read from files" if config.offload == "ssd" else family.title
-    logger.warning("sglang-engram: CUDA graphs are off (%s)", why)

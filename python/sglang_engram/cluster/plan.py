@@ -151,10 +151,11 @@ def build_plan(
 
 
 def _cpu_args(group: WorkerGroup) -> list[str]:
-    """SGLang's CPU engine (with CPU_ENGINE_VAR in the environment) and a small KV pool."""
+    """SGLang's CPU engine (with CPU_ENGINE_VAR in the environment), a small KV pool, and
+    ``--sleep-on-idle`` (an idle CPU scheduler otherwise spins a core)."""
     flags = {a.split("=", 1)[0] for a in group.extra_args}
     pool = [] if "--max-total-tokens" in flags else ["--max-total-tokens", str(CPU_KV_TOKENS)]
-    return ["--device", "cpu", *pool]
+    return ["--device", "cpu", *pool, "--sleep-on-idle"]
 
 
 def _router_argv(spec: ClusterSpec, workers: list[WorkerPlan]) -> list[str]:

@@ -77,10 +77,11 @@ SHARED_HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler.run_batch",
-        "sglang_engram.integration.lookup_failures:after_run_batch",
+        "sglang_engram.integration.run_batch:after_run_batch",
         "AFTER",
         "answer the requests of a batch whose Engram lookup failed (damaged SSD table, I/O "
-        "error) with a 500 instead of a dead scheduler",
+        "error) with a 500 instead of a dead scheduler; under the overlap scheduler, start "
+        "reading the next decode step's Engram rows from SSD once its tokens are sampled",
     ),
     Hook(
         "sglang.srt.managers.tokenizer_manager",

@@ -122,8 +122,8 @@ def after_process_batch_result(
     of every request that sampled a token in this batch and is still running.
 
     NOTE: the overlap scheduler launches the next step before it processes this one's
-    result, so the rows would arrive after that step looked them up: nothing is read
-    then (``--disable-overlap-schedule`` lets decode steps read ahead)."""
+    result, so the rows would arrive after that step looked them up: there
+    ``overlap_read_ahead`` reads them from ``run_batch``'s result instead."""
     if getattr(scheduler, "enable_overlap", False) or served.hasher() is None:
         return
     try:

@@ -35,7 +35,7 @@ from engram.ssd.directory import shard_name
 from engram.tables import EngramTable
 from engram.tables.dram import packed_host_rows
 from sglang_engram.args.server_config import EngramServerConfig, current_config
-from sglang_engram.integration import lookup_failures
+from sglang_engram.integration import graph_breaks, lookup_failures
 from sglang_engram.models.deepseek_v41 import upstream_embedding
 from sglang_engram.models.deepseek_v41.family import DeepseekV41
 from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
@@ -84,8 +84,10 @@ class PlacedEngramEmbedding(EngramEmbedding):
         self.shard = shard_name(parallel.tp_rank, self.tp_size)
         self.table: EngramTable | None = None
         self.device = device
-        if self.placement == "ssd":
+        if self.placement == "ssd" and self.rows:
             # Streams this rank's rows from the checkpoint files (first start only).
+            # NOTE: a rank may own no rows of a small table (more ranks than rows): it
+            # holds no table and looks up zeros, which upstream's all-reduce expects.
             self.table = self._open()
         if self.placement != "dram":
             weight_filter.skip_tables(layers={layer_id})
@@ -98,8 +100,8 @@ class PlacedEngramEmbedding(EngramEmbedding):
     def _load_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 weight and scale the loader writes this shard's rows into: for dram the
         packed host buffer the table then adopts (the rows are held once); nothing for
-        ssd and off."""
-        if self.placement == "dram":
+        ssd and off, or a shard without rows."""
+        if self.placement == "dram" and self.rows:
             return packed_host_rows(self.rows, self.dim, self.device)
         weight = torch.empty(0, self.dim, dtype=torch.uint8)
         return weight, torch.empty(0, self.dim // FP8_BLOCK, dtype=torch.uint8)
@@ -114,7 +116,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
         param.data.copy_(loaded_weight[self.row_start : self.row_start + self.rows])
 
     def finish_load(self, label: str) -> None:
-        if self.placement == "dram" and self.table is None:
+        if self.placement == "dram" and self.table is None and self.rows:
             self.table = self._open(self.weight.data, self.scale.data)
             # NOTE: the table adopted the loaded buffer; only the table refers to it now.
             self.weight.data = self.weight.data.new_empty(0, self.dim)
@@ -145,10 +147,19 @@ class PlacedEngramEmbedding(EngramEmbedding):
     def _owned_rows(self, indices: torch.Tensor) -> torch.Tensor:
         if self.rows == 0 or self.table is None:
             return self.new_rows(indices).zero_()
+        # NOTE: an eager break of SGLang's breakable CUDA graphs: every replay reads the
+        # live batch's rows into this buffer, which the rest of the graph reads.
+        out = self.new_rows(indices)
+        graph_breaks.owned_rows_into(self, indices, out)
+        return out
+
+    def fill_owned_rows(self, indices: torch.Tensor, out: torch.Tensor) -> None:
+        """``out`` = the rows of ``indices`` this shard holds, zeros for the others."""
+        assert self.table is not None, f"Engram layer {self.layer_id}: no table"
         local = indices - self.row_start
         owned = (local >= 0) & (local < self.rows)
         rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
-        return rows.masked_fill(~owned.unsqueeze(-1), 0)
+        out.copy_(rows.masked_fill(~owned.unsqueeze(-1), 0))
 
 
 def engram_forward(

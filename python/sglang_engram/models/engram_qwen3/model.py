@@ -9,7 +9,7 @@ cache, ``Qwen2MLP``, ``RMSNorm``, vocab-parallel embedding and LM head) with an
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from sglang.srt.distributed import tensor_model_parallel_all_reduce
@@ -26,6 +26,7 @@ from torch import nn
 
 from engram.spec import EngramSpec
 from sglang_engram.args.server_config import EngramServerConfig, current_config
+from sglang_engram.integration import graph_breaks
 from sglang_engram.lookahead.side_stream import EarlyLookups
 from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
 from sglang_engram.models.engram_qwen3.engram_block import EngramBlock
@@ -132,17 +133,39 @@ class EngramQwen3Model(nn.Module):
         input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         x = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
-        pending = {}
-        if self.engram_hasher is not None:
+        rows = self._engram_rows(input_ids, forward_batch)
+        for i, layer in enumerate(self.layers):
+            if layer.engram is not None:
+                x = layer.engram(x, rows[i]())
+            x = layer(positions, x, forward_batch)
+        return self.norm(x)
+
+    def _engram_rows(
+        self, input_ids: torch.Tensor, forward_batch: ForwardBatch
+    ) -> dict[int, Callable[[], torch.Tensor]]:
+        """Each Engram layer's rows of this batch, by layer id (as a call that waits)."""
+        if self.engram_hasher is None:
+            return {}
+        if not graph_breaks.is_in_breakable_cuda_graph():
             hash_ids = self.engram_hasher(input_ids, forward_batch)
             lookups = [(lambda b=b: b.lookup(hash_ids[:, b.hash_index])) for b in self.blocks]
             started = self.early.start(lookups)
-            pending = {b.layer_id: p for b, p in zip(self.blocks, started, strict=True)}
-        for i, layer in enumerate(self.layers):
-            if layer.engram is not None:
-                x = layer.engram(x, pending[i].wait())
-            x = layer(positions, x, forward_batch)
-        return self.norm(x)
+            return {b.layer_id: p.wait for b, p in zip(self.blocks, started, strict=True)}
+        # NOTE: a breakable CUDA graph's capture: the lookups (and an extend's hashing)
+        # are eager breaks writing into buffers the captured segments read.
+        if forward_batch.forward_mode.is_extend():
+            hash_ids = self.engram_hasher.new_hash_ids(input_ids)
+            graph_breaks.hash_ids_into(self.engram_hasher, input_ids, hash_ids)
+        else:
+            hash_ids = self.engram_hasher(input_ids, forward_batch)
+        spec = self.spec
+        out = torch.empty(
+            (len(self.blocks), input_ids.shape[0], spec.n_cols, spec.head_dim),
+            dtype=torch.bfloat16,
+            device=input_ids.device,
+        )
+        graph_breaks.block_rows_into(self.blocks, hash_ids, out)
+        return {b.layer_id: (lambda k=k: out[k]) for k, b in enumerate(self.blocks)}
 
 
 class EngramQwen3ForCausalLM(nn.Module):

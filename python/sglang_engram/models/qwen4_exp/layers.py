@@ -31,7 +31,7 @@ from torch import nn
 from engram.ssd.directory import shard_name
 from engram.tables import EngramTable
 from sglang_engram.args.server_config import current_config
-from sglang_engram.integration import lookup_failures
+from sglang_engram.integration import graph_breaks, lookup_failures
 from sglang_engram.models.qwen4_exp.family import Qwen4Exp
 from sglang_engram.tables import weight_filter
 from sglang_engram.tables.opening import open_layer_table
@@ -99,14 +99,23 @@ class PlacedPleTable(VocabParallelEmbedding):
     def _embed_local_shard(self, input_: torch.Tensor) -> torch.Tensor:
         """This rank's rows of ``input_`` (table-wide ids): its table's for the ids it
         owns, zeros for the rest (upstream's ``forward`` then runs its all-reduce)."""
+        out = torch.zeros(
+            (*input_.shape, self.embedding_dim), dtype=torch.bfloat16, device=input_.device
+        )
+        if self.table is not None:
+            # NOTE: an eager break of SGLang's breakable CUDA graphs (upstream captures a
+            # decode step's PLE layer in a segment): every replay reads the live batch's
+            # rows into this buffer, which the rest of the graph reads.
+            graph_breaks.owned_rows_into(self, input_, out)
+        return out
+
+    def fill_owned_rows(self, input_: torch.Tensor, out: torch.Tensor) -> None:
+        """``out`` = the rows of ``input_`` this shard holds, zeros for the others."""
+        assert self.table is not None, f"PLE layer {self.layer_id}: no table"
         local = input_.long() - self.row_start
         owned = (local >= 0) & (local < self.rows)
-        if self.table is None:
-            return torch.zeros(
-                (*input_.shape, self.embedding_dim), dtype=torch.bfloat16, device=input_.device
-            )
         rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
-        return rows.masked_fill(~owned.unsqueeze(-1), 0)
+        out.copy_(rows.masked_fill(~owned.unsqueeze(-1), 0))
 
 
 @contextmanager

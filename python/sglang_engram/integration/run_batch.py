@@ -1,0 +1,20 @@
+"""The plugin's AFTER hook on ``Scheduler.run_batch``.
+
+SGLang's hook registry patches a target once (a hook registered on a target it already
+patched is never applied), so both uses of ``run_batch`` run from this one function, in
+this order: a batch whose Engram lookup failed is aborted first
+(:mod:`lookup_failures`), then the next decode step's rows are read ahead for the
+requests still running (:mod:`sglang_engram.lookahead.overlap_read_ahead`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglang_engram.integration import lookup_failures
+from sglang_engram.lookahead import overlap_read_ahead
+
+
+def after_run_batch(result: Any, scheduler: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+    lookup_failures.after_run_batch(result, scheduler, batch, *args, **kwargs)
+    overlap_read_ahead.after_run_batch(result, scheduler, batch, *args, **kwargs)
