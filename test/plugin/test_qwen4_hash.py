@@ -78,6 +78,8 @@ def _upstream_chunked(embedding, stream: torch.Tensor, cuts: list[int], eos: int
     out = []
     with forward_context(ForwardContext(attn_backend=backend)):
         for chunk in torch.tensor_split(stream, cuts):
+            if not chunk.numel():
+                continue
             context = torch.cat([history, chunk])
             pool.ple_window_cache = None
             out.append(embedding._hash_contexts(context.unfold(0, NGRAM, 1)))
