@@ -124,7 +124,8 @@ def test_damage_is_found_and_that_table_converted_again(tmp_path: Path) -> None:
     assert (out / "layer3" / DAMAGED).exists()
     logged: list[str] = []
     convert_checkpoint(ckpt.directory, out, **{**options, "log": logged.append})
-    assert any(line.startswith("layer3: it is unusable") for line in logged)
+    again = f"converting the SSD table {out / 'layer3'} again from the checkpoint: it is unusable"
+    assert any(line.startswith(again) for line in logged), logged
     assert not any(line.startswith("layer1:") for line in logged)
     assert _stamps(out / "layer1") == layer1
     ids = torch.arange(ckpt.tables[3].shape[0])
@@ -138,7 +139,8 @@ def test_damage_is_found_and_that_table_converted_again(tmp_path: Path) -> None:
         _lookup(out, 1, torch.tensor([0]))
     logged.clear()
     convert_checkpoint(ckpt.directory, out, **{**options, "log": logged.append})
-    assert any(line.startswith("layer1: it is unusable") for line in logged)
+    again = f"converting the SSD table {out / 'layer1'} again from the checkpoint: it is unusable"
+    assert any(line.startswith(again) for line in logged), logged
 
 
 def test_a_crash_mid_table_resumes(tmp_path: Path) -> None:

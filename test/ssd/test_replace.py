@@ -165,6 +165,7 @@ def test_the_old_table_stays_until_the_new_one_is_complete(tmp_path: Path, famil
     assert (out / "layer1.partial").is_dir()
     resumed = run_convert(*_args(b, out))
     assert resumed.returncode == 0, resumed.stderr
-    assert "layer1: it was converted from other rows" in resumed.stdout
+    again = f"converting the SSD table {out / 'layer1'} again from the checkpoint: it was converted"
+    assert f"{again} from other rows" in resumed.stdout
     assert "the new table is half written" in resumed.stdout
     assert _state(out, old, new) == {1: "new", 3: "new"}
