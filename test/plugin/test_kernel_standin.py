@@ -160,9 +160,10 @@ def test_the_plugin_reports_which_sgl_kernel_it_found():
 
 
 @pytest.mark.skipif(kernel_standin.gpu_present(), reason="the stand-in is never used with a GPU")
-def test_the_gdn_gated_norm_runs_on_the_standin_op_on_the_cpu_engine():
-    """Upstream's ``RMSNormGated`` takes a Triton kernel on a CPU without AMX; with the
-    plugin's hook it gives norm(x) * weight * silu(z) on the CPU engine."""
+def test_on_the_cpu_engine_upstreams_triton_calls_run_the_torch_standins():
+    """On a CPU without AMX upstream takes Triton kernels for the GDN output's gated norm
+    and a Qwen MoE block's shared expert gate; with the plugin's hooks they give
+    norm(x) * weight * silu(z) and x + sigmoid(h . w) * shared on the CPU engine."""
     out = _run(
         """
         import warnings; warnings.simplefilter("ignore")
@@ -170,6 +171,7 @@ def test_the_gdn_gated_norm_runs_on_the_standin_op_on_the_cpu_engine():
         from sglang.srt.plugins import load_plugins
         load_plugins()
         from sglang.kernels.ops.attention.fla.layernorm_gated import RMSNorm
+        from sglang.srt.models import qwen2_moe
         norm = RMSNorm(16, eps=1e-6, dtype=torch.bfloat16)
         norm.weight.data = torch.rand(16, dtype=torch.bfloat16) + 0.5
         x, z = torch.randn(5, 16, dtype=torch.bfloat16), torch.randn(5, 16, dtype=torch.bfloat16)
@@ -177,6 +179,11 @@ def test_the_gdn_gated_norm_runs_on_the_standin_op_on_the_cpu_engine():
         xd, zd = x.double(), z.double()
         want = xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * norm.weight.double() * zd * torch.sigmoid(zd)
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+        h, w = torch.randn(3, 16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16) / 4
+        shared, final = torch.randn(3, 16, dtype=torch.bfloat16), torch.randn(3, 16, dtype=torch.bfloat16)
+        want = final.double() + torch.sigmoid(h.double() @ w.double())[:, None] * shared.double()
+        qwen2_moe.fused_gate_sigmoid_mul_add(h, w, shared, final)
+        torch.testing.assert_close(final.double(), want, rtol=2e-2, atol=2e-2)
         print("ok")
         """,
         env={"SGLANG_USE_CPU_ENGINE": "1"},

@@ -117,3 +117,15 @@ def test_gdn_gating_is_minus_exp_alog_times_softplus_and_a_sigmoid():
     _close(g[0], -torch.exp(a_log.double()) * softplus, tol=1e-4)
     assert beta.dtype == b.dtype and beta.shape == (1, tokens, heads)
     _close(beta[0], 1 / (1 + torch.exp(-b.double())))
+
+
+def test_shared_expert_gate_scales_by_a_per_token_sigmoid_and_adds():
+    tokens, hidden = random.randint(1, 20), random.choice((16, 64))
+    h = torch.randn(tokens, hidden, dtype=torch.bfloat16)
+    w = torch.randn(hidden, dtype=torch.bfloat16) / hidden**0.5
+    shared = torch.randn(tokens, hidden, dtype=torch.bfloat16)
+    addend = torch.randn(tokens, hidden, dtype=torch.bfloat16)
+    gate = torch.stack([1 / (1 + torch.exp(-(row.double() * w.double()).sum())) for row in h])
+    want = gate[:, None] * shared.double()
+    _close(norms.gate_shared_expert(h, w, shared), want)
+    _close(norms.gate_shared_expert(h, w, shared, addend), want + addend.double())

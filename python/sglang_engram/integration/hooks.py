@@ -185,6 +185,21 @@ HOOKS: tuple[Hook, ...] = (
         "needs a GPU)",
     ),
     Hook(
+        "sglang.srt.models.qwen2_moe",
+        "fused_gate_sigmoid_mul_add",
+        "sglang_engram.integration.kernel_standin.routes:shared_expert_gate_add",
+        "AROUND",
+        "gate a Qwen MoE block's shared expert in torch on the CPU engine (upstream's Triton "
+        "kernel needs a GPU; only AMX CPUs avoid it)",
+    ),
+    Hook(
+        "sglang.srt.models.qwen2_moe",
+        "fused_gate_sigmoid_mul",
+        "sglang_engram.integration.kernel_standin.routes:shared_expert_gate",
+        "AROUND",
+        "the same for the out-of-place gate of a deferred MoE finalize",
+    ),
+    Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler.init_metrics_collector",
         "sglang_engram.metrics.exporter:after_init_metrics_collector",

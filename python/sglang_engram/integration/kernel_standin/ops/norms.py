@@ -77,3 +77,19 @@ def fused_sigmoid_mul_cpu(x: torch.Tensor, gate: torch.Tensor) -> None:
     place; ``gate`` may be a strided ``[T, heads, head_dim]`` view of ``x``'s shape."""
     product = x.float() * torch.sigmoid(gate.float()).reshape(x.shape)
     x.copy_(product.to(x.dtype))
+
+
+def gate_shared_expert(
+    hidden_states: torch.Tensor,
+    gate_weight: torch.Tensor,
+    shared_output: torch.Tensor,
+    addend: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """STAND-IN for SGLang's Triton ``fused_gate_sigmoid_mul[_add]`` (a Qwen MoE block's
+    shared expert gate): ``sigmoid(hidden · gate_weight) * shared_output`` per token, plus
+    ``addend`` when given; float32 inside, ``shared_output``'s dtype out."""
+    gate = torch.sigmoid(hidden_states.float() @ gate_weight.float().reshape(-1, 1))
+    out = gate * shared_output.float()
+    if addend is not None:
+        out = out + addend.float()
+    return out.to(shared_output.dtype)
