@@ -24,6 +24,12 @@ def _rms_rows(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _fresh(outputs: tuple[torch.Tensor, ...], *inputs: torch.Tensor) -> bool:
+    """No output shares memory with an input (a custom op's outputs may not alias)."""
+    held = {t.untyped_storage().data_ptr() for t in inputs}
+    return all(o.untyped_storage().data_ptr() not in held for o in outputs)
+
+
 def _heads() -> tuple[int, int, int, int]:
     return (
         random.randint(1, 7),
@@ -55,6 +61,10 @@ def test_qk_gemma_rmsnorm_with_gate_splits_each_heads_query_and_gate():
     )
     assert q_out.shape == (tokens * heads, dim) and k_out.shape == (tokens * kv, dim)
     assert torch.equal(gate, per_head[:, :, 1].reshape(-1, dim))
+    assert _fresh((q_out, k_out, gate), per_head, k)
+    one = per_head[:1, :1].reshape(1, -1)  # one token, one head: every slice is contiguous
+    outs = norms.fused_qk_gemma_rmsnorm_with_gate_cpu(one, k[:1, :dim], wq, wk, EPS, dim, 1)
+    assert _fresh(outs, one, k)
     _close(q_out, _rms_rows(per_head[:, :, 0].reshape(-1, dim), 1 + wq.double()))
     _close(k_out, _rms_rows(k.reshape(-1, dim), 1 + wk.double()))
 
@@ -102,6 +112,9 @@ def test_qkvzba_split_takes_the_contiguous_blocks_apart():
     assert torch.equal(z_out, z.to(torch.bfloat16).reshape(tokens, hv, dv))
     assert torch.equal(b_out, b.to(torch.bfloat16)) and torch.equal(a_out, a.to(torch.bfloat16))
     assert all(t.is_contiguous() for t in (mixed, z_out, b_out, a_out))
+    assert _fresh((mixed, z_out, b_out, a_out), qkvz, ba)
+    one = gdn_inputs.fused_qkvzba_split_reshape_cat_contiguous_cpu(qkvz[:1], ba[:1], hk, hv, dk, dv)
+    assert _fresh(one, qkvz, ba)
 
 
 def test_gdn_gating_is_minus_exp_alog_times_softplus_and_a_sigmoid():

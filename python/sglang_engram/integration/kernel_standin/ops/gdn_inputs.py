@@ -21,7 +21,8 @@ def fused_qkvzba_split_reshape_cat_contiguous_cpu(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """STAND-IN for ``sgl_kernel::fused_qkvzba_split_reshape_cat_contiguous_cpu``:
     ``mixed_qkv [T, 2*Hk*Dk + Hv*Dv]`` (z dropped), ``z [T, Hv, Dv]``, ``b`` and
-    ``a [T, Hv]``, each a new contiguous tensor."""
+    ``a [T, Hv]``, each a new contiguous tensor (never a view of the inputs: a custom
+    op's outputs may not alias them, and a one-token slice is already contiguous)."""
     tokens = mixed_qkvz.shape[0]
     qkv_width = 2 * num_heads_qk * head_qk + num_heads_v * head_v
     z_width = num_heads_v * head_v
@@ -30,10 +31,11 @@ def fused_qkvzba_split_reshape_cat_contiguous_cpu(
             f"qkvz/ba widths {mixed_qkvz.shape[-1]}/{mixed_ba.shape[-1]} do not match "
             f"{num_heads_qk} qk heads of {head_qk} and {num_heads_v} v heads of {head_v}"
         )
-    mixed_qkv = mixed_qkvz[:, :qkv_width].contiguous()
-    z = mixed_qkvz[:, qkv_width:].reshape(tokens, num_heads_v, head_v).contiguous()
-    b = mixed_ba[:, :num_heads_v].contiguous()
-    a = mixed_ba[:, num_heads_v:].contiguous()
+    copy = torch.contiguous_format
+    mixed_qkv = mixed_qkvz[:, :qkv_width].clone(memory_format=copy)
+    z = mixed_qkvz[:, qkv_width:].reshape(tokens, num_heads_v, head_v).clone(memory_format=copy)
+    b = mixed_ba[:, :num_heads_v].clone(memory_format=copy)
+    a = mixed_ba[:, num_heads_v:].clone(memory_format=copy)
     return mixed_qkv, z, b, a
 
 

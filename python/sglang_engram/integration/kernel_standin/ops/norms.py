@@ -52,7 +52,10 @@ def fused_qk_gemma_rmsnorm_with_gate_cpu(
     keys ``[T*kv_heads, head_dim]`` and the gates ``[T*num_head, head_dim]`` (copied)."""
     per_head = q_gate.reshape(q_gate.shape[0], num_head, 2 * head_dim)
     q = per_head[..., :head_dim].reshape(-1, head_dim)
-    gate = per_head[..., head_dim:].reshape(-1, head_dim).contiguous()
+    # NOTE: a copy, never a view: a custom op's outputs may not alias its inputs
+    gate = (
+        per_head[..., head_dim:].reshape(-1, head_dim).clone(memory_format=torch.contiguous_format)
+    )
     q_out = _gemma_rmsnorm_rows(q, q_weight, eps)
     k_out = _gemma_rmsnorm_rows(k.reshape(-1, head_dim), k_weight, eps)
     return q_out, k_out, gate
