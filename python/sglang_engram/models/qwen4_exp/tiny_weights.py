@@ -17,6 +17,7 @@ GAIN_NOISE = 0.1
 CONV_STD = 0.5
 FP8_ROW_STD = 16.0
 FP8_MAX = 448.0
+LOGIT_SCALE = 4.0
 Draw = Callable[[torch.Generator], torch.Tensor]
 
 
@@ -129,7 +130,9 @@ def weight_specs(options: tc.TinyQwen4Options) -> dict[str, Draw]:
     model = tc.PREFIX.rstrip(".")
     specs: dict[str, Draw] = {
         f"{model}.embed_tokens.weight": _normal((tc._VOCAB, tc._HIDDEN), 1.0),
-        "lm_head.weight": _linear(tc._VOCAB, tc._HIDDEN),
+        # NOTE: logits of unit scale would be near uniform over 2,000 ids (best-to-second
+        # gaps of a few hundredths); this scale makes greedy choices clear
+        "lm_head.weight": _normal((tc._VOCAB, tc._HIDDEN), LOGIT_SCALE / math.sqrt(tc._HIDDEN)),
         **_hyper_connection(f"{model}.hyper_connection_mixer", combine=False),
     }
     ple_index = {layer_id - 1: i for i, layer_id in enumerate(sorted(options.ple_layer_ids))}
