@@ -156,6 +156,10 @@ def test_served_tokens_agree_with_a_teacher_forced_pass(server):
     assert max(gaps) <= TIE, gaps
     assert exact >= 0.8 * len(gaps)
     assert len({tuple(s) for s in served}) > 1  # not one constant continuation
+    log = server.log.read_text()
+    # the CPU-safe resolution (the plugin's hook) and upstream's device table on a CPU
+    assert "'mamba_radix_cache_strategy': 'no_buffer'" in log
+    assert "'disable_overlap_schedule': True" in log and "'ple_offload_embedding': False" in log
 
 
 def test_a_chunked_prefill_gives_the_same_prefill(server, servers):
