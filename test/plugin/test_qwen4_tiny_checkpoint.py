@@ -38,6 +38,7 @@ def _upstream_load(model: Path) -> dict:
     return json.loads(line.removeprefix("RESULT "))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ple_dtype", ["fp8", "bf16"])
 def test_upstream_loads_every_tensor_and_the_tables_row_for_row(tmp_path, ple_dtype):
     seed = random.randrange(1 << 30)
