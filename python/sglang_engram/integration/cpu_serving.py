@@ -58,6 +58,21 @@ def adjust_for_cpu(server_args: Any) -> list[str]:
     return changed
 
 
+def no_extra_buffer_on_cpu(original: Any, *args: Any, **kwargs: Any) -> bool:
+    """AROUND upstream's ``supports_mamba_cache_extra_buffer`` (server-argument resolution):
+    ``False`` on the CPU engine.
+
+    NOTE: for a hybrid linear-attention model (``qwen4_exp``, Qwen3.5) left at
+    ``--mamba-radix-cache-strategy auto``, upstream picks ``extra_buffer`` when the overlap
+    scheduler is on, then refuses it because the CPU platform cannot snapshot mamba state
+    ("extra_buffer requires platform support"). With this answer ``auto`` resolves to what
+    runs here: ``no_buffer``, which upstream pairs with ``--disable-overlap-schedule``.
+    An explicit strategy is untouched."""
+    if cpu_engine_on():
+        return False
+    return original(*args, **kwargs)
+
+
 def plain_kv_sender() -> None:
     """CALL once ``sglang.srt.disaggregation.mooncake.conn`` is imported: on the CPU engine
     the mooncake sender takes the plain send path (its host-index path pins memory and

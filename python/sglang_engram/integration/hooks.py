@@ -99,6 +99,38 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "send PD KV chunks without pinned memory and CUDA events on the CPU engine",
     ),
     Hook(
+        "sglang.srt.arg_groups.overrides",
+        "supports_mamba_cache_extra_buffer",
+        "sglang_engram.integration.cpu_serving:no_extra_buffer_on_cpu",
+        "AROUND",
+        "resolve --mamba-radix-cache-strategy auto to no_buffer on the CPU engine, which "
+        "cannot run the extra_buffer that upstream's auto picks for hybrid models",
+    ),
+    Hook(
+        "sglang.kernels.ops.attention.fla.layernorm_gated",
+        "RMSNorm.forward",
+        "sglang_engram.integration.kernel_standin.routes:gated_rmsnorm_forward",
+        "AROUND",
+        "run a Gated DeltaNet layer's output norm with the sgl_kernel stand-in's op on the "
+        "CPU engine (upstream takes that op only on AMX CPUs, else a Triton kernel that "
+        "needs a GPU)",
+    ),
+    Hook(
+        "sglang.srt.models.qwen2_moe",
+        "fused_gate_sigmoid_mul_add",
+        "sglang_engram.integration.kernel_standin.routes:shared_expert_gate_add",
+        "AROUND",
+        "gate a Qwen MoE block's shared expert in torch on the CPU engine (upstream's Triton "
+        "kernel needs a GPU; only AMX CPUs avoid it)",
+    ),
+    Hook(
+        "sglang.srt.models.qwen2_moe",
+        "fused_gate_sigmoid_mul",
+        "sglang_engram.integration.kernel_standin.routes:shared_expert_gate",
+        "AROUND",
+        "the same for the out-of-place gate of a deferred MoE finalize",
+    ),
+    Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler.init_metrics_collector",
         "sglang_engram.metrics.exporter:after_init_metrics_collector",

@@ -4,8 +4,9 @@ SGLang 0.5.23 imports ``sgl_kernel`` at module level on every platform, but the 
 wheel is CUDA-only (it needs ``libcuda.so.1``) and SGLang's CPU build of it is not on
 the package index. :func:`install_if_needed` runs in ``register()``, before SGLang's
 first import of it: on a machine with no GPU where the real package cannot load, it puts
-the import-only stand-in (``kernel_standin/sgl_kernel``: every op raises, naming itself)
-in front of it, for this process and, through ``PYTHONPATH``, for every process SGLang
+the stand-in (``kernel_standin/sgl_kernel``: plain-torch versions of the few CPU ops a
+``qwen4_exp`` model calls, in :mod:`.ops`; every other op raises, naming itself) in
+front of it, for this process and, through ``PYTHONPATH``, for every process SGLang
 starts. Anywhere else it does nothing, so nothing changes on a GPU machine.
 """
 
@@ -19,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_engram.integration.kernel_standin.ops import STANDIN_OPS
 from sglang_engram.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -41,8 +43,9 @@ class KernelStatus:
         if not self.standin:
             return f"sgl_kernel: {self.detail}"
         return (
-            f"sgl_kernel: STAND-IN (import-only, every op raises): {self.detail}; "
-            "SGLang's CPU engine serves without calling it"
+            f"sgl_kernel: STAND-IN (plain-torch stand-ins for {len(STANDIN_OPS)} CPU ops: "
+            f"{', '.join(STANDIN_OPS)}; every other op raises): {self.detail}; "
+            "SGLang's CPU engine serves with these"
         )
 
 
@@ -102,7 +105,11 @@ def _install(why: str) -> KernelStatus:
     importlib.invalidate_caches()
     module = importlib.import_module("sgl_kernel")
     assert getattr(module, "STANDIN", False), module
-    logger.warning("sglang-engram: sgl_kernel is a STAND-IN here: %s", why)
+    logger.warning(
+        "sglang-engram: sgl_kernel is a STAND-IN here: %s; plain-torch stand-ins for %s",
+        why,
+        ", ".join(STANDIN_OPS),
+    )
     return KernelStatus(True, why)
 
 

@@ -2,10 +2,13 @@
 
 Installed by :mod:`sglang_engram.integration.kernel_standin` (never on a GPU machine, never where the
 real ``sgl_kernel`` imports). SGLang's modules import ``sgl_kernel`` at module level even
-on its CPU engine, whose forward pass needs none of it for the models this plugin serves
-(the tiny Engram model with ``--attention-backend torch_native``). This package lets
-those imports succeed: every name, in ``sgl_kernel`` and in any ``sgl_kernel.*``
-submodule, is an op that raises a ``RuntimeError`` naming itself when called.
+on its CPU engine, whose forward pass needs none of it for the tiny Engram model with
+``--attention-backend torch_native``. This package lets those imports succeed: every
+name, in ``sgl_kernel`` and in any ``sgl_kernel.*`` submodule, is an op that raises a
+``RuntimeError`` naming itself when called; except that importing it registers the
+plain-torch stand-ins of :mod:`sglang_engram.integration.kernel_standin.ops` as
+``torch.ops.sgl_kernel.*`` (the CPU ops a ``qwen4_exp`` model calls), and
+``sgl_kernel.mamba`` (a file here) wraps three of them as SGLang imports them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import importlib.machinery
 import os
 import sys
 import types
+
+from sglang_engram.integration.kernel_standin import ops as _ops
 
 STANDIN = True
 __version__ = "0.0.0+sglang-engram-standin"
@@ -52,11 +57,17 @@ class _StandinModule(types.ModuleType):
         return StandinOp(f"{self.__name__}.{name}")
 
 
+# NOTE: submodules that are files in this package (found by the normal path finder).
+_FILE_SUBMODULES = ("mamba",)
+
+
 class _SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Every ``sgl_kernel.<anything>`` is a stand-in submodule."""
+    """Every other ``sgl_kernel.<anything>`` is a stand-in submodule."""
 
     def find_spec(self, fullname: str, path: object, target: object = None):
         if not fullname.startswith(__name__ + "."):
+            return None
+        if fullname.removeprefix(__name__ + ".") in _FILE_SUBMODULES:
             return None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
@@ -74,6 +85,7 @@ def __getattr__(name: str) -> StandinOp:
     return StandinOp(f"{__name__}.{name}")
 
 
-__path__: list[str] = []
+__path__: list[str] = [os.path.dirname(os.path.abspath(__file__))]
+STANDIN_OPS = _ops.register()
 if not any(isinstance(f, _SubmoduleFinder) for f in sys.meta_path):
     sys.meta_path.insert(0, _SubmoduleFinder())

@@ -1,0 +1,157 @@
+"""The tiny ``qwen4_exp`` checkpoint's tensors: names and shapes as the released
+checkpoint has them, values drawn from one seeded generator in sorted-name order."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from sglang_engram.models.qwen4_exp import tiny_checkpoint as tc
+
+# NOTE: Gemma-style norms scale by (1 + weight), so their weights sit near 0; projections
+# keep unit-scale activations; the convolutions are far from zero, so that PLE (its value
+# projection and its conv) moves the residual streams as much as a layer does.
+GAIN_NOISE = 0.1
+CONV_STD = 0.5
+FP8_ROW_STD = 16.0
+FP8_MAX = 448.0
+LOGIT_SCALE = 4.0
+Draw = Callable[[torch.Generator], torch.Tensor]
+
+
+def _normal(shape: tuple[int, ...], std: float, mean: float = 0.0, dtype=torch.bfloat16) -> Draw:
+    return lambda g: (torch.randn(shape, generator=g) * std + mean).to(dtype)
+
+
+def _linear(rows: int, cols: int) -> Draw:
+    return _normal((rows, cols), 1.0 / math.sqrt(cols))
+
+
+def _gain(width: int) -> Draw:
+    return _normal((width,), GAIN_NOISE)
+
+
+def _hyper_connection(prefix: str, *, combine: bool) -> dict[str, Draw]:
+    width, rank = tc._HC * tc._HIDDEN, int(tc.TinyQwen4Options().text_config["hc_lowrank"])
+    specs = {
+        f"{prefix}.hc_norm.weight": _gain(width),
+        f"{prefix}.input_mix_weight_down.weight": _linear(rank, width),
+        f"{prefix}.input_mix_weight_up.weight": _linear(width, rank),
+    }
+    if combine:
+        specs[f"{prefix}.block_inject_weight.weight"] = _linear(tc._HC, width)
+    return specs
+
+
+def _moe(prefix: str) -> dict[str, Draw]:
+    hidden, width = tc._HIDDEN, tc._MOE_WIDTH
+    specs = {f"{prefix}.gate.weight": _linear(tc._EXPERTS, hidden)}
+    for expert in [*(f"experts.{e}" for e in range(tc._EXPERTS)), "shared_expert"]:
+        specs[f"{prefix}.{expert}.gate_proj.weight"] = _linear(width, hidden)
+        specs[f"{prefix}.{expert}.up_proj.weight"] = _linear(width, hidden)
+        specs[f"{prefix}.{expert}.down_proj.weight"] = _linear(hidden, width)
+    specs[f"{prefix}.shared_expert_gate.weight"] = _linear(1, hidden)
+    return specs
+
+
+def _gated_deltanet(prefix: str) -> dict[str, Draw]:
+    hidden, heads = tc._HIDDEN, tc._LIN_V_HEADS
+    qkv = 2 * tc._LIN_K_HEADS * tc._LIN_K_DIM + heads * tc._LIN_V_DIM
+    return {
+        f"{prefix}.in_proj_qkv.weight": _linear(qkv, hidden),
+        f"{prefix}.in_proj_z.weight": _linear(heads * tc._LIN_V_DIM, hidden),
+        f"{prefix}.in_proj_b.weight": _linear(heads, hidden),
+        f"{prefix}.in_proj_a.weight": _linear(heads, hidden),
+        f"{prefix}.conv1d.weight": _normal((qkv, 1, tc._CONV), CONV_STD),
+        f"{prefix}.dt_bias": _normal((heads,), GAIN_NOISE),
+        f"{prefix}.A_log": lambda g: torch.empty(heads).uniform_(1, 16, generator=g).log(),
+        f"{prefix}.norm.weight": _normal((tc._LIN_V_DIM,), GAIN_NOISE, mean=1.0),
+        f"{prefix}.out_proj.weight": _linear(hidden, heads * tc._LIN_V_DIM),
+    }
+
+
+def _attention(prefix: str) -> dict[str, Draw]:
+    hidden, q_width, kv_width = tc._HIDDEN, tc._HEADS * tc._HEAD_DIM, tc._KV_HEADS * tc._HEAD_DIM
+    return {
+        # NOTE: the query projection carries each head's output gate after its query
+        f"{prefix}.q_proj.weight": _linear(2 * q_width, hidden),
+        f"{prefix}.k_proj.weight": _linear(kv_width, hidden),
+        f"{prefix}.v_proj.weight": _linear(kv_width, hidden),
+        f"{prefix}.o_proj.weight": _linear(hidden, q_width),
+        f"{prefix}.q_norm.weight": _gain(tc._HEAD_DIM),
+        f"{prefix}.k_norm.weight": _gain(tc._HEAD_DIM),
+    }
+
+
+def _ple(prefix: str, options: tc.TinyQwen4Options, ple_index: int) -> dict[str, Draw]:
+    width = tc._HC * tc._HIDDEN
+    sizes = options.head_sizes(ple_index)
+    offsets = [sum(sizes[:h]) for h in range(len(sizes))]
+    rows = options.table_rows(ple_index)
+    step = math.ceil(rows / options.split_ngram_parts)
+    row_width = tc._PLE_DIM // options.ngram_heads
+    # NOTE: upstream keeps token * multiplier below 2**63 with this bound
+    half_bound = ((1 << 63) - 1) // tc._VOCAB // 2
+    table = f"{prefix}.ple_embedding.ngram_embedding"
+    specs: dict[str, Draw] = {
+        f"{prefix}.ple_embedding.layer_multipliers": lambda g: (
+            2 * torch.randint(0, half_bound, (tc._NGRAM,), generator=g) + 1
+        ),
+        f"{prefix}.ple_embedding.ngram_heads_vocab_sizes": lambda g: torch.tensor(sizes),
+        f"{prefix}.ple_embedding.ngram_heads_offsets": lambda g: torch.tensor(offsets),
+        f"{prefix}.key_proj.weight": _linear(width, tc._PLE_DIM),
+        f"{prefix}.value_proj.weight": _linear(tc._HIDDEN, tc._PLE_DIM),
+        f"{prefix}.norm_key.weight": _gain(width),
+        f"{prefix}.norm_query.weight": _gain(width),
+        f"{prefix}.norm_conv.weight": _gain(width),
+        f"{prefix}.conv1d.weight": _normal((width, 1, tc._CONV), CONV_STD),
+    }
+    for k in range(options.split_ngram_parts):
+        shape = (min(step, rows - k * step), row_width)
+        if options.ple_dtype == "bf16":
+            specs[f"{table}.shard_{k}.weight"] = _normal(shape, 1.0)
+        else:
+            specs[f"{table}.shard_{k}.weight"] = lambda g, s=shape: (
+                (torch.randn(s, generator=g) * FP8_ROW_STD).clamp(-FP8_MAX, FP8_MAX)
+            ).to(torch.float8_e4m3fn)
+    if options.ple_dtype == "fp8":
+        # NOTE: a power of two times k/8 is exact in bf16, and never 1
+        specs[f"{table}.weight_scale"] = lambda g: torch.tensor(
+            [(9 + int(torch.randint(0, 8, (1,), generator=g))) / 8 / FP8_ROW_STD],
+            dtype=torch.bfloat16,
+        )
+    return specs
+
+
+def weight_specs(options: tc.TinyQwen4Options) -> dict[str, Draw]:
+    """Every tensor's name and how it is drawn."""
+    model = tc.PREFIX.rstrip(".")
+    specs: dict[str, Draw] = {
+        f"{model}.embed_tokens.weight": _normal((tc._VOCAB, tc._HIDDEN), 1.0),
+        # NOTE: logits of unit scale would be near uniform over 2,000 ids (best-to-second
+        # gaps of a few hundredths); this scale makes greedy choices clear
+        "lm_head.weight": _normal((tc._VOCAB, tc._HIDDEN), LOGIT_SCALE / math.sqrt(tc._HIDDEN)),
+        **_hyper_connection(f"{model}.hyper_connection_mixer", combine=False),
+    }
+    ple_index = {layer_id - 1: i for i, layer_id in enumerate(sorted(options.ple_layer_ids))}
+    for layer, kind in enumerate(tc.LAYER_TYPES):
+        prefix = f"{model}.layers.{layer}"
+        specs |= _hyper_connection(f"{prefix}.attn_hyper_connection", combine=True)
+        specs |= _hyper_connection(f"{prefix}.mlp_hyper_connection", combine=True)
+        specs |= _moe(f"{prefix}.mlp")
+        if kind == "linear_attention":
+            specs |= _gated_deltanet(f"{prefix}.linear_attn")
+        else:
+            specs |= _attention(f"{prefix}.self_attn")
+        if layer in ple_index:
+            specs |= _ple(f"{prefix}.ple", options, ple_index[layer])
+    return specs
+
+
+def draw_weights(options: tc.TinyQwen4Options) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(options.seed)
+    return {
+        name: draw(generator).contiguous() for name, draw in sorted(weight_specs(options).items())
+    }
