@@ -4,7 +4,9 @@ gauges."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import socket
 import sys
 import time
@@ -67,7 +69,7 @@ def test_restarts_with_backoff_then_gives_up(tmp_path):
     assert time.monotonic() - start >= 0.3 + 0.5  # both backoffs were waited out
     log = Path(command.log_path).read_text()
     assert log.count("\nup\n") + log.startswith("up\n") == 3
-    assert "gave up after 2 restarts" in log and snap["error"].endswith("gave up after 2 restarts")
+    assert snap["error"].endswith("gave up after 2 restarts in a row") and snap["error"] in log
     assert [policy.delay(n) for n in (1, 2, 3)] == [0.3, 0.5, 0.5]
     sup.stop()
     assert sup.state == "failed"
@@ -128,6 +130,84 @@ def test_health_restart_and_stop_of_the_whole_tree(tmp_path):
     assert sup.state == "stopped"
     assert not any(_alive(p) for p in tree)
     assert "restart 1 in 0.2s" in Path(command.log_path).read_text()
+
+
+def _server(tmp_path, **policy) -> ProcessSupervisor:
+    port = _free_port()
+    return ProcessSupervisor(
+        ProcessCommand(
+            name="server",
+            argv=(sys.executable, "-c", SERVER, str(port)),
+            log_path=str(tmp_path / "server.log"),
+            health_url=f"http://127.0.0.1:{port}/health",
+            restart=RestartPolicy(**policy),
+            stop_grace_s=5,
+        )
+    )
+
+
+def test_a_stopped_process_is_killed_as_hung_and_restarted(tmp_path):
+    hang_s = random.uniform(1.5, 2.5)
+    sup = _server(
+        tmp_path, max_restarts=1, backoff_s=0.1, probe_timeout_s=0.5, hang_timeout_s=hang_s
+    )
+    sup.start()
+    _until(lambda: sup.state == "running")
+    first = psutil.Process(sup.snapshot()["pid"])
+    _until(lambda: len(first.children()) == 1)
+    tree = [first, *first.children()]
+    os.killpg(first.pid, signal.SIGSTOP)  # the whole server hangs: alive, silent
+    stopped_at = time.monotonic()
+    _until(lambda: sup.state == "unhealthy", timeout_s=10)
+    _until(lambda: not any(_alive(p) for p in tree), timeout_s=hang_s + 10)
+    waited = time.monotonic() - stopped_at
+    assert hang_s < waited < hang_s + 5  # killed once hang_timeout_s had passed, not before
+    _until(lambda: sup.state == "running" and sup.snapshot()["restarts"] == 1)
+    snap = sup.snapshot()
+    assert snap["hung_kills"] == 1 and snap["exit_codes"] == [-signal.SIGKILL]
+    assert snap["pid"] != first.pid
+    assert "no health answer for" in Path(sup.command.log_path).read_text()
+    sup.stop()
+
+
+def test_a_process_that_never_answers_is_killed_after_its_start_timeout(tmp_path):
+    sup = ProcessSupervisor(
+        ProcessCommand(
+            name="silent",
+            argv=(sys.executable, "-c", "import time; time.sleep(600)"),
+            log_path=str(tmp_path / "silent.log"),
+            health_url=f"http://127.0.0.1:{_free_port()}/health",
+            restart=RestartPolicy(
+                max_restarts=1, backoff_s=0.1, probe_timeout_s=0.2, start_timeout_s=1.0
+            ),
+        )
+    )
+    sup.start()
+    _until(lambda: sup.state == "failed", timeout_s=30)
+    snap = sup.snapshot()
+    assert snap["hung_kills"] == 2 and snap["exit_codes"] == [-signal.SIGKILL] * 2
+    log = Path(sup.command.log_path).read_text()
+    assert log.count("after its start (start_timeout_s); killing it") == 2
+    sup.stop()
+
+
+def test_a_process_that_ran_healthy_long_enough_starts_a_new_row_of_restarts(tmp_path):
+    # One restart in a row is allowed; the second kill comes after reset_after_s of health.
+    sup = _server(tmp_path, max_restarts=1, backoff_s=0.1, reset_after_s=1.5)
+    sup.start()
+    for kills in (1, 2, 3):
+        _until(lambda: sup.state == "running")
+        assert sup.snapshot()["restarts_in_a_row"] == (0 if kills == 1 else 1)
+        time.sleep(2.5)  # healthy for longer than reset_after_s: the row starts over
+        assert sup.snapshot()["restarts_in_a_row"] == 0
+        psutil.Process(sup.snapshot()["pid"]).kill()
+        _until(lambda n=kills: sup.snapshot()["restarts"] == n)
+    _until(lambda: sup.state == "running")
+    # Killed again before reset_after_s: the second restart in a row is one too many.
+    psutil.Process(sup.snapshot()["pid"]).kill()
+    _until(lambda: sup.state == "failed")
+    assert sup.snapshot()["error"].endswith("gave up after 1 restarts in a row")
+    sup.stop()
 
 
 def test_the_process_gets_its_environment_on_top_of_the_supervisors(tmp_path, monkeypatch):
