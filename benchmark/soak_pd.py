@@ -42,8 +42,10 @@ from engram.cli import Parser, RawDescriptionFormatter, directory, existing_file
 from engram.errors import EngramInputError, EngramRunError  # noqa: E402
 
 # NOTE: the soak strikes each component every minute or so, far more often than any
-# production policy counts restarts in a row; it lets the supervisor restart without end.
-SOAK_MAX_RESTARTS = 100_000
+# production policy counts restarts in a row: it lets the supervisor restart without end,
+# and a component that stayed healthy 30 s starts a new row (the first backoff again),
+# so that a time to restore measures the recovery, not the backoff's growth.
+SOAK_RESTART = {"max_restarts": 100_000, "reset_after_s": 30.0}
 
 
 def _span(text: str) -> tuple[int, int]:
@@ -167,8 +169,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _soak_spec(args: argparse.Namespace) -> tuple[str, object]:
-    """The spec the soak runs, as YAML and checked: ``--spec`` with unbounded restarts,
-    its logs under ``--out``, and ``--decode-offload``."""
+    """The spec the soak runs, as YAML and checked: ``--spec`` with ``SOAK_RESTART``, its
+    logs under ``--out``, and ``--decode-offload``."""
     import yaml
     from sglang_engram.cluster.spec import ClusterSpecError, load_spec, parse_spec
     from sglang_engram.spec_files.yaml_file import read_mapping
@@ -177,7 +179,7 @@ def _soak_spec(args: argparse.Namespace) -> tuple[str, object]:
         base = load_spec(args.spec)
         data = read_mapping(args.spec, ClusterSpecError, "a cluster spec")
         data.update(model=base.model, name=base.name, log_dir=str(args.out.resolve() / "logs"))
-        data["restart"] = {**(data.get("restart") or {}), "max_restarts": SOAK_MAX_RESTARTS}
+        data["restart"] = {**(data.get("restart") or {}), **SOAK_RESTART}
         if args.decode_offload:
             for group in data["workers"]:
                 if group.get("role") == "decode":
@@ -190,7 +192,7 @@ def _soak_spec(args: argparse.Namespace) -> tuple[str, object]:
             f"{args.spec}: model {spec.model} does not exist; build it with "
             f"`python -m engram.model build --out {spec.model} --reuse`"
         )
-    return yaml.safe_dump(json.loads(spec.model_dump_json()), sort_keys=False), spec
+    return yaml.safe_dump(data, sort_keys=False), spec
 
 
 def _bring_up(spec_path: Path, args: argparse.Namespace, env: dict[str, str]) -> subprocess.Popen:

@@ -1,8 +1,9 @@
 """What the soak's cluster holds over time, whether any of it grows, and the PNG.
 
 Every ``every_s`` seconds: RSS and open file descriptors of each component's server
-(the process and its children: SGLang's scheduler and detokenizer), of the Ray actor
-that supervises it, and of ``up`` with Ray's own processes; the bytes in ``/dev/shm``;
+(the process and its children: SGLang's scheduler and detokenizer) while it is healthy,
+of the Ray actor that supervises it, and of ``up`` with Ray's own processes; the bytes
+and files in ``/dev/shm``;
 the number of processes under ``up`` and of Ray actors among them. A series grows when
 the median of the last third of its samples after warm-up exceeds the median of the
 first third by more than both a share and an absolute margin (a restarted server starts
@@ -30,7 +31,8 @@ MARGINS = {
     "fds": (0.25, 16.0),
     "processes": (0.0, 2.0),
     "ray_actors": (0.0, 0.0),
-    "shm_mib": (0.0, 16.0),
+    "shm_mib": (0.0, 1.0),
+    "files": (0.0, 4.0),
 }
 
 
@@ -54,14 +56,15 @@ def _usage(procs: list[psutil.Process]) -> tuple[float, int]:
     return rss / MIB, fds
 
 
-def shm_bytes(root: Path = Path("/dev/shm")) -> int:
-    """Bytes that files under ``root`` occupy (blocks, not apparent sizes)."""
-    total = 0
+def shm_usage(root: Path = Path("/dev/shm")) -> tuple[int, int]:
+    """Bytes that files under ``root`` occupy (blocks, not apparent sizes), and files."""
+    total, count = 0, 0
     for dirpath, _, files in os.walk(root):
         for f in files:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
-    return total
+                count += 1
+    return total, count
 
 
 def sample(up_pid: int, members: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -70,7 +73,9 @@ def sample(up_pid: int, members: dict[str, dict[str, Any]]) -> dict[str, float]:
     everything = _tree(up_pid)
     counted: set[int] = set()
     for name, m in members.items():
-        server = _tree(m.get("pid"))
+        # NOTE: a server only while it is healthy: one starting (or restarting) is still
+        # loading, and its climb to its size is no growth.
+        server = _tree(m.get("pid")) if m.get("state") == "running" else []
         actor = _tree(m.get("supervisor_pid"))[:1]
         for label, procs in ((f"{name} server", server), (f"{name} actor", actor)):
             if procs:
@@ -86,7 +91,8 @@ def sample(up_pid: int, members: dict[str, dict[str, Any]]) -> dict[str, float]:
     row["cluster ray_actors"] = float(
         sum(n.startswith("ray::") and n != "ray::IDLE" for n in names)
     )
-    row["/dev/shm shm_mib"] = shm_bytes() / MIB
+    shm, files = shm_usage()
+    row["/dev/shm shm_mib"], row["/dev/shm files"] = shm / MIB, float(files)
     return row
 
 
@@ -153,7 +159,7 @@ def plot(
         ("RSS (MiB)", "rss_mib"),
         ("open fds", "fds"),
         ("processes, Ray actors", ("processes", "ray_actors")),
-        ("/dev/shm (MiB)", "shm_mib"),
+        ("/dev/shm (MiB; files)", ("shm_mib", "files")),
     ]
     fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(12, 16), sharex=True)
     for ax, (label, suffix) in zip(axes, panels, strict=False):
@@ -161,7 +167,11 @@ def plot(
         series = sorted({k for _, r in rows for k in r if k.rsplit(" ", 1)[1] in suffixes})
         for s in series:
             pts = [((t - start) / 60, r[s]) for t, r in rows if s in r]
-            ax.plot(*zip(*pts, strict=True), marker=".", label=s.rsplit(" ", 1)[0])
+            ax.plot(
+                *zip(*pts, strict=True),
+                marker=".",
+                label=s if len(suffixes) > 1 else s.rsplit(" ", 1)[0],
+            )
         ax.set_ylabel(label)
         ax.legend(fontsize=7, ncol=3, loc="upper left")
     ax = axes[-1]

@@ -210,6 +210,51 @@ def test_a_process_that_ran_healthy_long_enough_starts_a_new_row_of_restarts(tmp
     sup.stop()
 
 
+def test_what_a_killed_server_held_in_dev_shm_is_removed_and_nothing_else(tmp_path):
+    tag = f"engram-supervisor-test-{random.randrange(1 << 30)}"
+    # The server's grandchild maps a /dev/shm file and the server holds another open, as
+    # SGLang's scheduler and multiprocessing do; a third is nobody's.
+    held = [Path(f"/dev/shm/{tag}-mapped"), Path(f"/dev/shm/{tag}-open")]
+    other = Path(f"/dev/shm/{tag}-other")
+    other.write_bytes(b"x")
+    server = SERVER.replace(
+        'subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])',
+        "import mmap\n"
+        f"child = 'import mmap, time; f = open(\\'{held[0]}\\', \\'w+b\\'); f.write(bytes(4096)); "
+        "f.flush(); m = mmap.mmap(f.fileno(), 4096); f.close(); time.sleep(600)'\n"
+        "subprocess.Popen([sys.executable, '-c', child])\n"
+        f"keep = open('{held[1]}', 'w')",
+    )
+    port = _free_port()
+    sup = ProcessSupervisor(
+        ProcessCommand(
+            name="server",
+            argv=(sys.executable, "-c", server, str(port)),
+            log_path=str(tmp_path / "server.log"),
+            health_url=f"http://127.0.0.1:{port}/health",
+            restart=RestartPolicy(max_restarts=1, backoff_s=0.1),
+        )
+    )
+    try:
+        sup.start()
+        _until(lambda: sup.state == "running" and all(p.exists() for p in held))
+        time.sleep(2)  # the supervisor lists them while the server is healthy
+        os.killpg(sup.snapshot()["pid"], signal.SIGKILL)
+        _until(lambda: sup.snapshot()["restarts"] == 1)
+        _until(lambda: sup.state == "running")
+        log = Path(sup.command.log_path).read_text().splitlines()
+        (removed,) = [line for line in log if "removed what it left in /dev/shm" in line]
+        # The killed server's files were removed before its restart made them again.
+        assert removed.endswith(f"/dev/shm: {held[0]}, {held[1]}"), removed
+        assert other.exists()
+        sup.stop()
+        assert not any(p.exists() for p in held)  # a stop removes them too
+    finally:
+        sup.stop()
+        for p in [*held, other]:
+            p.unlink(missing_ok=True)
+
+
 def test_the_process_gets_its_environment_on_top_of_the_supervisors(tmp_path, monkeypatch):
     value = str(random.randint(0, 10**9))
     monkeypatch.setenv("SUPERVISOR_TEST_INHERITED", "kept")

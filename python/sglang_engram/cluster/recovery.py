@@ -22,8 +22,8 @@ class RestartPolicy(StrictModel):
     ``hang_timeout_s`` after having answered (hung: it is SIGKILLed first); and when it
     has not answered ``start_timeout_s`` after its start (stuck starting). The n-th
     restart in a row waits ``backoff_s * 2**(n-1)``, at most ``max_backoff_s``; after
-    ``max_restarts`` in a row it is given up (``failed``). A process that answers its
-    health ``reset_after_s`` after its start begins a new row."""
+    ``max_restarts`` in a row it is given up (``failed``). A process that has answered
+    its health check for ``reset_after_s`` without a miss begins a new row."""
 
     max_restarts: int = Field(3, ge=0)
     backoff_s: float = Field(2.0, ge=0)

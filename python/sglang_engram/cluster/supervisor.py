@@ -5,7 +5,8 @@ SIGKILLs its whole group when it hangs (no answer for ``hang_timeout_s`` after h
 answered, or none ``start_timeout_s`` after its start: a stopped or deadlocked process
 never exits by itself), restarts it after ``RestartPolicy.delay`` when it exits, gives
 up after ``max_restarts`` in a row (state ``failed``) and, on ``stop``, terminates the
-whole process tree. The process runs in a session of its own so that its children (SGLang's
+whole process tree. Whatever an incarnation held in ``/dev/shm`` is removed once its
+group has ended (``shm_files``). The process runs in a session of its own so that its children (SGLang's
 scheduler and detokenizer) are stopped with it, and (on Linux) is killed by the kernel
 if the supervising process dies without stopping it.
 """
@@ -26,8 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglang_engram.cluster import shm_files
 from sglang_engram.cluster.recovery import RestartPolicy
 from sglang_engram.server_process import probe, stop_group
+
+SHM_LOOK_S = 30.0  # how often a healthy process's /dev/shm files are listed
 
 # States: starting (spawned, health not yet answered), running (healthy), unhealthy (alive,
 # its health check fails after having passed; killed as hung after hang_timeout_s),
@@ -63,6 +67,7 @@ class ProcessSupervisor:
         self._started_at: float | None = None
         self._killed_pids: list[int] = []
         self._error: str | None = None
+        self._shm: set[str] = set()  # /dev/shm files the current incarnation held
 
     def start(self) -> None:
         self.state = "starting"
@@ -114,8 +119,10 @@ class ProcessSupervisor:
                 return
             code = self._watch(proc)
             if code is None:  # stop requested; the tree is already down
+                self._remove_shm()
                 return
             stop_group(proc, 5.0)  # what it left behind (children without a death signal)
+            self._remove_shm()
             with self._lock:
                 self._exit_codes.append(code)
                 if self._in_a_row >= self.command.restart.max_restarts:
@@ -160,6 +167,8 @@ class ProcessSupervisor:
         SIGKILLed: -9) or stop is requested (None)."""
         policy, started = self.command.restart, time.monotonic()
         last_ok: float | None = None  # when health last answered
+        healthy_since: float | None = None  # the first answer of the current healthy run
+        next_shm_look = started
         while (code := proc.poll()) is None:
             if self._stop.is_set():
                 self._log("stopping")
@@ -170,12 +179,16 @@ class ProcessSupervisor:
             healthy = probe(self.command.health_url, policy.probe_timeout_s)
             now = time.monotonic()
             last_ok = now if healthy else last_ok
+            healthy_since = (healthy_since or now) if healthy else None
+            if healthy and now >= next_shm_look:
+                self._shm |= shm_files.held(proc.pid)
+                next_shm_look = now + SHM_LOOK_S
             with self._lock:
                 if healthy and self.state in ("starting", "unhealthy"):
                     self.state = "running"
                 elif not healthy and self.state == "running":
                     self.state = "unhealthy"
-                if healthy and now - started >= policy.reset_after_s:
+                if healthy_since is not None and now - healthy_since >= policy.reset_after_s:
                     self._in_a_row = 0
             if hung := _hang(policy, now - started, None if last_ok is None else now - last_ok):
                 self._log(f"{hung}; killing it")
@@ -189,6 +202,12 @@ class ProcessSupervisor:
                 return proc.wait()
             self._stop.wait(1.0)
         return code
+
+    def _remove_shm(self) -> None:
+        """Remove the /dev/shm files of the incarnation whose process group has ended."""
+        if removed := shm_files.remove(self._shm):
+            self._log(f"removed what it left in /dev/shm: {', '.join(removed)}")
+        self._shm = set()
 
     def _log(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
