@@ -291,6 +291,7 @@ def soak(args: argparse.Namespace) -> int:
         bound_s=args.bound,
         duration_s=args.duration,
         kinds=kinds,
+        detect_s=_detect_s(spec),
     )
     summary.update(seed=seed, concurrency=args.concurrency, regime=regime_of(*_offloads(spec)))
     plot(
@@ -335,6 +336,14 @@ def _serving_again(faults, outcomes) -> None:  # noqa: ANN001
     for fault in faults:
         ok = [o.ended for o in outcomes if o.ok and o.sent >= fault.at]
         fault.serving_at = min(ok, default=None)
+
+
+def _detect_s(spec) -> dict[str, float]:  # noqa: ANN001
+    """How long after a fault its component may still look up, by signal: a killed one
+    until its registration is gone (the supervisor's and registrar's polls); a stopped one
+    until the supervisor kills it (hang_timeout_s, then a probe and a poll)."""
+    r = spec.restart
+    return {"kill": 3.0, "stop": r.hang_timeout_s + r.probe_timeout_s + 2.0}
 
 
 def _offloads(spec) -> tuple[str, str]:  # noqa: ANN001

@@ -35,6 +35,27 @@ def regime_of(prefill_offload: str, decode_offload: str) -> str:
     return {(1, 1): "both", (1, 0): "prefill_only", (0, 1): "decode_only"}.get((pre, dec), "none")
 
 
+def slow_refusals(outcomes: list[Outcome], faults: list[Fault], detect_s: dict[str, float]) -> int:
+    """Failed requests that waited more than ``REFUSED_AT_ONCE_S`` although sent while a
+    fault's component was known to be down: after its detection (``detect_s`` by signal:
+    a stopped component is silent until the supervisor kills it), before it was back,
+    and not within any fault's detection window."""
+
+    def window(f: Fault) -> tuple[float, float]:
+        return f.at, f.at + detect_s[f.kind.partition(":")[2]]
+
+    def detecting(o: Outcome) -> bool:
+        return any(a <= o.sent < b for a, b in map(window, faults))
+
+    def known_down(o: Outcome) -> bool:
+        return any(window(f)[1] <= o.sent < (f.back_at or float("inf")) for f in faults)
+
+    return sum(
+        not o.ok and o.waited_s > REFUSED_AT_ONCE_S and known_down(o) and not detecting(o)
+        for o in outcomes
+    )
+
+
 def summarize(
     outcomes: list[Outcome],
     faults: list[Fault],
@@ -44,6 +65,7 @@ def summarize(
     bound_s: float,
     duration_s: float,
     kinds: list[str],
+    detect_s: dict[str, float],
 ) -> dict[str, Any]:
     ok = [o for o in outcomes if o.ok]
     failed = [o for o in outcomes if not o.ok]
@@ -77,6 +99,7 @@ def summarize(
         "completed_ratio": len(ok) / sent if sent else None,
         "failed_by_cause": dict(Counter(o.cause for o in failed).most_common()),
         "refused_at_once": sum(o.waited_s < REFUSED_AT_ONCE_S for o in failed),
+        "refused_slowly_while_down": slow_refusals(outcomes, faults, detect_s),
         "longest_wait_s": longest.waited_s if longest else None,
         "longest_wait_cause": (longest.cause or "completed") if longest else None,
         "bound_s": bound_s,
@@ -97,7 +120,11 @@ def summarize(
         "growth": growth,
     }
     summary["passed"] = (
-        summary["wrong"] == 0 and summary["within_bound"] and summary["all_restored"] and not grew
+        summary["wrong"] == 0
+        and summary["within_bound"]
+        and summary["all_restored"]
+        and summary["refused_slowly_while_down"] == 0
+        and not grew
     )
     return summary
 
@@ -107,7 +134,8 @@ def render(summary: dict[str, Any]) -> str:
     ratio = "-" if s["completed_ratio"] is None else f"{s['completed_ratio']:.3f}"
     lines = [
         f"requests: {s['sent']} sent, {s['completed']} completed ({ratio} of sent), "
-        f"{s['failed']} failed ({s['refused_at_once']} refused in < {REFUSED_AT_ONCE_S:g} s), "
+        f"{s['failed']} failed ({s['refused_at_once']} refused in < {REFUSED_AT_ONCE_S:g} s; "
+        f"{s['refused_slowly_while_down']} slower while a component was known down), "
         f"{s['wrong']} wrong",
         f"longest wait {_f(s['longest_wait_s'])} s ({s['longest_wait_cause']}); bound "
         f"{s['bound_s']:g} s: {'met' if s['within_bound'] else 'EXCEEDED'}; completed p50 "

@@ -123,6 +123,7 @@ def test_summary_counts_causes_waits_and_restores():
         bound_s=30,
         duration_s=300,
         kinds=["decode:kill", "router:stop"],
+        detect_s={"kill": 3.0, "stop": 15.0},
     )
     assert (s["sent"], s["completed"], s["failed"], s["wrong"]) == (47, 40, 7, 0)
     assert s["failed_by_cause"] == {
@@ -131,6 +132,21 @@ def test_summary_counts_causes_waits_and_restores():
         "connection reset": 1,
     }
     assert s["refused_at_once"] == 5 and s["longest_wait_s"] == longest
+    # sent 1 s after the router stopped: still detecting, so a long wait is no slow refusal
+    assert s["refused_slowly_while_down"] == 0
+    # ... but one sent 10 s after the decode worker died (known down) that took 5 s is one
+    slow = Outcome((1,), 4, t0 + 60, 5.0, cause="502 decode_server_error")
+    again = summarize(
+        [*outcomes, slow],
+        [fault, unrestored],
+        wrong=[],
+        growth={},
+        bound_s=60,
+        duration_s=300,
+        kinds=["decode:kill"],
+        detect_s={"kill": 3.0, "stop": 15.0},
+    )
+    assert again["refused_slowly_while_down"] == 1 and not again["passed"]
     assert not s["within_bound"] and not s["all_restored"] and not s["passed"]
     decode = s["faults"]["decode:kill"]
     assert decode["back_s"]["max"] == 60 and decode["in_flight_failed"] == 1
