@@ -1,10 +1,11 @@
 """The soak's faults: SIGKILL or SIGSTOP of a PD cluster's prefill worker, decode worker or
 router (or both workers at once), and when each was back.
 
-A component is its server process and everything it started (SGLang's scheduler and
-detokenizer): it leads a process group of its own (the supervisor starts it in a new
-session), and the signal goes to that whole group, as when a node or a container dies
-(SIGKILL) or freezes (SIGSTOP). What is running, and with which pid, is read from the
+SIGKILL goes to the component's server process, as the kernel's OOM killer or a
+``kill -9`` sends it (SGLang's scheduler and detokenizer go with it, or the supervisor
+stops them). SIGSTOP goes to its whole process group (the supervisor starts each server
+in a session of its own), as when a machine or container freezes: every process of it
+silent, none gone. What is running, and with which pid, is read from the
 state file that the cluster's ``up`` rewrites every 2 s (what ``cluster status`` shows).
 A fault is back when every member it hit runs again as a new process that answers its
 health check and, for a worker, is registered with the router again.
@@ -110,7 +111,7 @@ def strike(view: ClusterView, kind: str, rng: random.Random) -> Fault | None:
     at = time.time()
     for pid in hit.values():
         with contextlib.suppress(ProcessLookupError):  # NOTE: it died by itself just now
-            os.killpg(pid, sig)
+            os.kill(pid, sig) if sig == signal.SIGKILL else os.killpg(pid, sig)
     return Fault(kind, at, hit, restarts={n: int(members[n].get("restarts") or 0) for n in hit})
 
 

@@ -73,14 +73,14 @@ def sample(up_pid: int, members: dict[str, dict[str, Any]]) -> dict[str, float]:
     everything = _tree(up_pid)
     counted: set[int] = set()
     for name, m in members.items():
+        server, actor = _tree(m.get("pid")), _tree(m.get("supervisor_pid"))[:1]
+        counted |= {p.pid for p in (*server, *actor)}
         # NOTE: a server only while it is healthy: one starting (or restarting) is still
         # loading, and its climb to its size is no growth.
-        server = _tree(m.get("pid")) if m.get("state") == "running" else []
-        actor = _tree(m.get("supervisor_pid"))[:1]
+        server = server if m.get("state") == "running" else []
         for label, procs in ((f"{name} server", server), (f"{name} actor", actor)):
             if procs:
                 row[f"{label} rss_mib"], row[f"{label} fds"] = _usage(procs)
-            counted |= {p.pid for p in procs}
     rest = [p for p in everything if p.pid not in counted]
     row["up+ray rss_mib"], row["up+ray fds"] = _usage(rest)
     row["cluster processes"] = float(len(everything))

@@ -392,7 +392,7 @@ def test_both_workers_at_once_then_one_killed_again_while_it_starts(cluster):
             120,
             "the decode worker's restart",
         )
-        os.killpg(view.members()["decode-0"]["pid"], signal.SIGKILL)
+        os.kill(view.members()["decode-0"]["pid"], signal.SIGKILL)
         return faults
 
     _faulted(c, act, detect_s=DETECT_S)

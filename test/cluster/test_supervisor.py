@@ -148,25 +148,49 @@ def _server(tmp_path, **policy) -> ProcessSupervisor:
 
 def test_a_stopped_process_is_killed_as_hung_and_restarted(tmp_path):
     hang_s = random.uniform(1.5, 2.5)
-    sup = _server(
-        tmp_path, max_restarts=1, backoff_s=0.1, probe_timeout_s=0.5, hang_timeout_s=hang_s
+    names = tmp_path / "semaphores.txt"
+    # The server also holds a named semaphore of Python's multiprocessing (spawn), whose
+    # file in /dev/shm only the group's resource tracker unlinks, as SGLang's do.
+    server = SERVER.replace(
+        "class H(",
+        "import multiprocessing\n"
+        "lock = multiprocessing.get_context('spawn').Lock()\n"
+        f"open({str(names)!r}, 'a').write(lock._semlock.name + '\\n')\n"
+        "class H(",
+    )
+    port = _free_port()
+    sup = ProcessSupervisor(
+        ProcessCommand(
+            name="server",
+            argv=(sys.executable, "-c", server, str(port)),
+            log_path=str(tmp_path / "server.log"),
+            health_url=f"http://127.0.0.1:{port}/health",
+            restart=RestartPolicy(
+                max_restarts=1, backoff_s=0.1, probe_timeout_s=0.5, hang_timeout_s=hang_s
+            ),
+        )
     )
     sup.start()
     _until(lambda: sup.state == "running")
     first = psutil.Process(sup.snapshot()["pid"])
-    _until(lambda: len(first.children()) == 1)
+    _until(lambda: len(first.children()) == 2)  # the sleeper and the resource tracker
     tree = [first, *first.children()]
+    semaphore = Path("/dev/shm/sem." + names.read_text().split()[0].lstrip("/"))
+    assert semaphore.exists()
     os.killpg(first.pid, signal.SIGSTOP)  # the whole server hangs: alive, silent
     stopped_at = time.monotonic()
     _until(lambda: sup.state == "unhealthy", timeout_s=10)
-    _until(lambda: not any(_alive(p) for p in tree), timeout_s=hang_s + 10)
+    _until(lambda: not _alive(first), timeout_s=hang_s + 10)
     waited = time.monotonic() - stopped_at
     assert hang_s < waited < hang_s + 5  # killed once hang_timeout_s had passed, not before
+    _until(lambda: not any(_alive(p) for p in tree), timeout_s=15)
     _until(lambda: sup.state == "running" and sup.snapshot()["restarts"] == 1)
     snap = sup.snapshot()
     assert snap["hung_kills"] == 1 and snap["exit_codes"] == [-signal.SIGKILL]
     assert snap["pid"] != first.pid
     assert "no health answer for" in Path(sup.command.log_path).read_text()
+    # The hung group's resource tracker was spared the kill: it unlinked the semaphore.
+    assert not semaphore.exists()
     sup.stop()
 
 

@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from sglang_engram.cluster import shm_files
 from sglang_engram.cluster.recovery import RestartPolicy
-from sglang_engram.server_process import probe, stop_group
+from sglang_engram.server_process import group_members, probe, stop_group
 
 SHM_LOOK_S = 30.0  # how often a healthy process's /dev/shm files are listed
 
@@ -194,11 +196,7 @@ class ProcessSupervisor:
                 self._log(f"{hung}; killing it")
                 with self._lock:
                     self._hung_kills += 1
-                # NOTE: SIGKILL at once: a stopped process does not act on SIGTERM, and
-                # a hung one will not finish its requests; its clients get their errors
-                # now. The group by hand: psutil's wait would reap the leader's exit code.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                _kill_hung(proc.pid)
                 return proc.wait()
             self._stop.wait(1.0)
         return code
@@ -214,6 +212,25 @@ class ProcessSupervisor:
         with contextlib.suppress(OSError):  # an unwritable log is reported by _spawn
             with open(self.command.log_path, "a") as f:
                 f.write(f"=== [{stamp}] supervisor: {self.command.name} {message}\n")
+
+
+def _kill_hung(pgid: int) -> None:
+    """SIGKILL the hung group ``pgid`` leads, all but multiprocessing's resource tracker.
+
+    NOTE: SIGKILL at once: a stopped process does not act on SIGTERM, and a hung one will
+    not finish its requests; its clients get their errors now. The resource tracker
+    unlinks the group's named semaphores (``/dev/shm/sem.mp-*``) once the processes that
+    use them are gone, and exits; killed with them it cannot. It is spared and woken (the
+    whole group may have been stopped), and ``_run``'s ``stop_group`` gives it a few
+    seconds before it kills what is left. Signals by pid: psutil's wait would reap the
+    leader, whose exit code the caller reads.
+    """
+    for p in group_members(pgid):
+        with contextlib.suppress(psutil.Error):
+            if not any("multiprocessing.resource_tracker" in a for a in p.cmdline()):
+                p.send_signal(signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGCONT)
 
 
 def _hang(policy: RestartPolicy, age_s: float, silent_s: float | None) -> str | None:
