@@ -88,8 +88,10 @@ def sample(up_pid: int, members: dict[str, dict[str, Any]]) -> dict[str, float]:
     for p in everything:
         with contextlib.suppress(psutil.Error):
             names.append(p.name())
+    # NOTE: Ray titles an actor's process ray::<Class>; its idle workers and its own
+    # agents (ray::DashboardAgent, ray::RuntimeEnvAgent) are no actors.
     row["cluster ray_actors"] = float(
-        sum(n.startswith("ray::") and n != "ray::IDLE" for n in names)
+        sum(n.startswith("ray::") and n != "ray::IDLE" and not n.endswith("Agent") for n in names)
     )
     shm, files = shm_usage()
     row["/dev/shm shm_mib"], row["/dev/shm files"] = shm / MIB, float(files)
