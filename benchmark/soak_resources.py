@@ -167,13 +167,12 @@ def plot(
     for ax, (label, suffix) in zip(axes, panels, strict=False):
         suffixes = suffix if isinstance(suffix, tuple) else (suffix,)
         series = sorted({k for _, r in rows for k in r if k.rsplit(" ", 1)[1] in suffixes})
+        minutes = [(t - start) / 60 for t, _ in rows]
         for s in series:
-            pts = [((t - start) / 60, r[s]) for t, r in rows if s in r]
-            ax.plot(
-                *zip(*pts, strict=True),
-                marker=".",
-                label=s if len(suffixes) > 1 else s.rsplit(" ", 1)[0],
-            )
+            # NOTE: NaN where a series has no sample (a server restarting): a gap, no line
+            values = [r.get(s, float("nan")) for _, r in rows]
+            label = s if len(suffixes) > 1 else s.rsplit(" ", 1)[0]
+            ax.plot(minutes, values, marker=".", label=label)
         ax.set_ylabel(label)
         ax.legend(fontsize=7, ncol=3, loc="upper left")
     ax = axes[-1]
