@@ -153,3 +153,20 @@ def test_summary_counts_causes_waits_and_restores():
     assert s["faults"]["router:stop"]["not_restored"] == 1
     text = render(s)
     assert "EXCEEDED" in text and text.endswith("FAILED")
+
+
+def test_the_plot_draws_every_panel_with_gaps_and_faults(tmp_path):
+    from soak_resources import plot
+
+    rng = random.Random()
+    rows = [
+        (60.0 * i, {"decode-0 server rss_mib": rng.uniform(3000, 4000)} if i % 3 else {})
+        for i in range(12)
+    ]
+    for _, r in rows:
+        r.update({"cluster processes": 20.0, "cluster ray_actors": 3.0, "/dev/shm files": 7.0})
+    faults = [{"kind": "decode:stop", "at": 130.0}, {"kind": "router:kill", "at": 400.0}]
+    outcomes = [(rng.uniform(0, 700), rng.uniform(0, 12), rng.random() < 0.5) for _ in range(50)]
+    path = tmp_path / "soak.png"
+    plot(rows, faults, outcomes, 0.0, path, "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
