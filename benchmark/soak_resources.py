@@ -174,7 +174,8 @@ def plot(
             label = s if len(suffixes) > 1 else s.rsplit(" ", 1)[0]
             ax.plot(minutes, values, marker=".", label=label)
         ax.set_ylabel(label)
-        ax.legend(fontsize=7, ncol=3, loc="upper left")
+        if series:
+            ax.legend(fontsize=7, ncol=3, loc="upper left")
     ax = axes[-1]
     for ok, color, name in ((True, "tab:green", "completed"), (False, "tab:red", "failed")):
         pts = [((t - start) / 60, w) for t, w, good in outcomes if good is ok]
