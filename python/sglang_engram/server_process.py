@@ -43,7 +43,7 @@ def stop_group(
     and reap ``proc``. Also for a leader that has exited already: its group may not have.
     """
     # NOTE: the group's id is the leader's pid, since the leader leads its own session.
-    members = _members(proc.pid)
+    members = group_members(proc.pid)
     with contextlib.suppress(ProcessLookupError):
         if leader_only:
             proc.send_signal(sig)  # a no-op once proc is reaped
@@ -62,7 +62,8 @@ def stop_group(
     return StoppedGroup(tuple(p.pid for p in members), on_signal=not alive)
 
 
-def _members(pgid: int) -> list[psutil.Process]:
+def group_members(pgid: int) -> list[psutil.Process]:
+    """The processes of process group ``pgid``."""
     group = []
     for p in psutil.process_iter():
         with contextlib.suppress(OSError):

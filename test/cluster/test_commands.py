@@ -44,14 +44,19 @@ def test_worker_and_router_commands_parse_with_the_real_parsers(tmp_path):
     assert (router.port, router.policy) == (8000, "cache_aware")
     assert router.prometheus_port == 29000
     # No retries unless the spec asks for them: a retried PD request can wait out SGLang's
-    # bootstrap timeout on a dead decode worker.
-    assert router.retry_max_retries == 1
+    # bootstrap timeout on a dead decode worker. No circuit breaker unless asked for; the
+    # router's health checks as often as the spec's timeouts say.
+    assert router.retry_max_retries == 1 and router.disable_circuit_breaker
+    assert router.health_check_interval_secs == 10
     data = {
         **yaml.safe_load(EXAMPLE.read_text()),
-        "router": {"extra_args": ["--retry-max-retries", "4"]},
+        "router": {"extra_args": ["--retry-max-retries", "4"], "circuit_breaker": True},
+        "timeouts": {"router_health_check_s": 3},
     }
     plan = build_plan(parse_spec(data), [Node("10.1.2.3", 2)], router_host="h", log_dir="/l")
-    assert parse_router_args(list(plan.router.command[3:])).retry_max_retries == 4
+    router = parse_router_args(list(plan.router.command[3:]))
+    assert router.retry_max_retries == 4 and not router.disable_circuit_breaker
+    assert router.health_check_interval_secs == 3
 
 
 def test_cpu_worker_commands_parse_as_the_cpu_engine_with_tcp_kv(tmp_path):

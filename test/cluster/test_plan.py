@@ -58,11 +58,22 @@ def test_plan_json_on_the_example(tmp_path):
     assert prefill["log"] == str(tmp_path / "prefill-0.log")
     assert plan["router"]["url"] == f"http://{plan['router']['host']}:8000"
     r = plan["router"]["command"]
-    assert r[1:3] == ["-m", "sglang_router.launch_router"] and "--pd-disaggregation" in r
+    # sglang_router.launch_router's arguments, started by our launcher (test_commands
+    # parses them with the router's own parser).
+    assert r[1:3] == ["-m", "sglang_engram.cluster.router_main"] and "--pd-disaggregation" in r
     i = r.index("--prefill")
     assert r[i + 1 : i + 3] == [prefill["url"], "8998"]
     assert _after(r, "--decode") == decode["url"]
     assert _after(r, "--port") == str(plan["router"]["port"]) == "8000"
+    # The spec's timeouts: SGLang's in every worker's environment, the router's as flags.
+    for w in (prefill, decode):
+        assert w["env"] == {
+            "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "30",
+            "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "60",
+            "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": "2",
+            "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": "2",
+        }
+    assert _after(r, "--health-check-interval-secs") == "10" and "--disable-circuit-breaker" in r
 
 
 def test_plan_text_lists_every_process(tmp_path):
@@ -89,7 +100,7 @@ def test_cpu_plan_gives_workers_no_gpus_and_the_cpu_engine(tmp_path):
     assert plan["device"] == "cpu" and plan["transfer_backend"] == "mooncake_tcp"
     prefill, decode = plan["workers"]
     for w in (prefill, decode):
-        assert w["gpus"] == 0 and w["env"] == {"SGLANG_USE_CPU_ENGINE": "1"}
+        assert w["gpus"] == 0 and w["env"]["SGLANG_USE_CPU_ENGINE"] == "1"
         assert _after(w["command"], "--device") == "cpu"
         assert _after(w["command"], "--max-total-tokens") == str(CPU_KV_TOKENS)
         assert "--sleep-on-idle" in w["command"]  # an idle CPU scheduler spins a core

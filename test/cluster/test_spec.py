@@ -127,7 +127,7 @@ def test_a_typo_of_a_required_key_names_the_typo_and_the_missing_key():
     assert _error(data) == (
         "spec: transfer_backnd: unknown key (did you mean 'transfer_backend'? it is required "
         "and missing); allowed keys: name, model, device, transfer_backend, workers, router, "
-        "base_port, bootstrap_base_port, restart, log_dir"
+        "base_port, bootstrap_base_port, restart, timeouts, log_dir"
     )
     data = _group(0, rol="prefill")
     del data["workers"][0]["role"]
@@ -296,4 +296,26 @@ def test_restart_policy_is_checked():
     assert msg == "spec: restart: max_backoff_s must be at least backoff_s"
     assert "restart.max_restarts: Input should be greater than or equal to 0" in _error(
         _spec(restart={"max_restarts": -1})
+    )
+    msg = _error(_spec(restart={"probe_timeout_s": 5.0, "hang_timeout_s": 4.0}))
+    assert msg == (
+        "spec: restart: hang_timeout_s must be at least probe_timeout_s (one slow answer is "
+        "not a hang)"
+    )
+
+
+def test_timeouts_are_checked_against_sglangs_own_limits():
+    spec = parse_spec(_spec(timeouts={"kv_bootstrap_s": 12, "prefill_heartbeat_s": 3.5}))
+    assert spec.timeouts.worker_env["SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"] == "12"
+    assert spec.timeouts.worker_env["SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL"] == "3.5"
+    # SGLang raises a heartbeat interval below 2 s to 2 s: the spec says so instead.
+    assert "timeouts.prefill_heartbeat_s: Input should be greater than or equal to 2" in _error(
+        _spec(timeouts={"prefill_heartbeat_s": 1.0})
+    )
+    assert _error(_spec(timeouts={"kv_bootstrap": 5})).startswith(
+        "spec: timeouts.kv_bootstrap: unknown key (did you mean 'kv_bootstrap_s'?)"
+    )
+    # The router's flags that the spec sets are not for extra_args.
+    assert "sets --disable-circuit-breaker, which the launcher sets from the spec" in _error(
+        _spec(router={"extra_args": ["--disable-circuit-breaker"]})
     )

@@ -4,7 +4,9 @@ gauges."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import socket
 import sys
 import time
@@ -67,7 +69,7 @@ def test_restarts_with_backoff_then_gives_up(tmp_path):
     assert time.monotonic() - start >= 0.3 + 0.5  # both backoffs were waited out
     log = Path(command.log_path).read_text()
     assert log.count("\nup\n") + log.startswith("up\n") == 3
-    assert "gave up after 2 restarts" in log and snap["error"].endswith("gave up after 2 restarts")
+    assert snap["error"].endswith("gave up after 2 restarts in a row") and snap["error"] in log
     assert [policy.delay(n) for n in (1, 2, 3)] == [0.3, 0.5, 0.5]
     sup.stop()
     assert sup.state == "failed"
@@ -128,6 +130,153 @@ def test_health_restart_and_stop_of_the_whole_tree(tmp_path):
     assert sup.state == "stopped"
     assert not any(_alive(p) for p in tree)
     assert "restart 1 in 0.2s" in Path(command.log_path).read_text()
+
+
+def _server(tmp_path, **policy) -> ProcessSupervisor:
+    port = _free_port()
+    return ProcessSupervisor(
+        ProcessCommand(
+            name="server",
+            argv=(sys.executable, "-c", SERVER, str(port)),
+            log_path=str(tmp_path / "server.log"),
+            health_url=f"http://127.0.0.1:{port}/health",
+            restart=RestartPolicy(**policy),
+            stop_grace_s=5,
+        )
+    )
+
+
+def test_a_stopped_process_is_killed_as_hung_and_restarted(tmp_path):
+    hang_s = random.uniform(1.5, 2.5)
+    names = tmp_path / "semaphores.txt"
+    # The server also holds a named semaphore of Python's multiprocessing (spawn), whose
+    # file in /dev/shm only the group's resource tracker unlinks, as SGLang's do.
+    server = SERVER.replace(
+        "class H(",
+        "import multiprocessing\n"
+        "lock = multiprocessing.get_context('spawn').Lock()\n"
+        f"open({str(names)!r}, 'a').write(lock._semlock.name + '\\n')\n"
+        "class H(",
+    )
+    port = _free_port()
+    sup = ProcessSupervisor(
+        ProcessCommand(
+            name="server",
+            argv=(sys.executable, "-c", server, str(port)),
+            log_path=str(tmp_path / "server.log"),
+            health_url=f"http://127.0.0.1:{port}/health",
+            restart=RestartPolicy(
+                max_restarts=1, backoff_s=0.1, probe_timeout_s=0.5, hang_timeout_s=hang_s
+            ),
+        )
+    )
+    sup.start()
+    _until(lambda: sup.state == "running")
+    first = psutil.Process(sup.snapshot()["pid"])
+    _until(lambda: len(first.children()) == 2)  # the sleeper and the resource tracker
+    tree = [first, *first.children()]
+    semaphore = Path("/dev/shm/sem." + names.read_text().split()[0].lstrip("/"))
+    assert semaphore.exists()
+    os.killpg(first.pid, signal.SIGSTOP)  # the whole server hangs: alive, silent
+    stopped_at = time.monotonic()
+    _until(lambda: sup.state == "unhealthy", timeout_s=10)
+    _until(lambda: not _alive(first), timeout_s=hang_s + 10)
+    waited = time.monotonic() - stopped_at
+    assert hang_s < waited < hang_s + 5  # killed once hang_timeout_s had passed, not before
+    _until(lambda: not any(_alive(p) for p in tree), timeout_s=15)
+    _until(lambda: sup.state == "running" and sup.snapshot()["restarts"] == 1)
+    snap = sup.snapshot()
+    assert snap["hung_kills"] == 1 and snap["exit_codes"] == [-signal.SIGKILL]
+    assert snap["pid"] != first.pid
+    assert "no health answer for" in Path(sup.command.log_path).read_text()
+    # The hung group's resource tracker was spared the kill: it unlinked the semaphore.
+    assert not semaphore.exists()
+    sup.stop()
+
+
+def test_a_process_that_never_answers_is_killed_after_its_start_timeout(tmp_path):
+    sup = ProcessSupervisor(
+        ProcessCommand(
+            name="silent",
+            argv=(sys.executable, "-c", "import time; time.sleep(600)"),
+            log_path=str(tmp_path / "silent.log"),
+            health_url=f"http://127.0.0.1:{_free_port()}/health",
+            restart=RestartPolicy(
+                max_restarts=1, backoff_s=0.1, probe_timeout_s=0.2, start_timeout_s=1.0
+            ),
+        )
+    )
+    sup.start()
+    _until(lambda: sup.state == "failed", timeout_s=30)
+    snap = sup.snapshot()
+    assert snap["hung_kills"] == 2 and snap["exit_codes"] == [-signal.SIGKILL] * 2
+    log = Path(sup.command.log_path).read_text()
+    assert log.count("after its start (start_timeout_s); killing it") == 2
+    sup.stop()
+
+
+def test_a_process_that_ran_healthy_long_enough_starts_a_new_row_of_restarts(tmp_path):
+    # One restart in a row is allowed; the second kill comes after reset_after_s of health.
+    sup = _server(tmp_path, max_restarts=1, backoff_s=0.1, reset_after_s=1.5)
+    sup.start()
+    for kills in (1, 2, 3):
+        _until(lambda: sup.state == "running")
+        assert sup.snapshot()["restarts_in_a_row"] == (0 if kills == 1 else 1)
+        time.sleep(2.5)  # healthy for longer than reset_after_s: the row starts over
+        assert sup.snapshot()["restarts_in_a_row"] == 0
+        psutil.Process(sup.snapshot()["pid"]).kill()
+        _until(lambda n=kills: sup.snapshot()["restarts"] == n)
+    _until(lambda: sup.state == "running")
+    # Killed again before reset_after_s: the second restart in a row is one too many.
+    psutil.Process(sup.snapshot()["pid"]).kill()
+    _until(lambda: sup.state == "failed")
+    assert sup.snapshot()["error"].endswith("gave up after 1 restarts in a row")
+    sup.stop()
+
+
+def test_what_a_killed_server_held_in_dev_shm_is_removed_and_nothing_else(tmp_path):
+    tag = f"engram-supervisor-test-{random.randrange(1 << 30)}"
+    # The server's grandchild maps a /dev/shm file and the server holds another open, as
+    # SGLang's scheduler and multiprocessing do; a third is nobody's.
+    held = [Path(f"/dev/shm/{tag}-mapped"), Path(f"/dev/shm/{tag}-open")]
+    other = Path(f"/dev/shm/{tag}-other")
+    other.write_bytes(b"x")
+    server = SERVER.replace(
+        'subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])',
+        "import mmap\n"
+        f"child = 'import mmap, time; f = open(\\'{held[0]}\\', \\'w+b\\'); f.write(bytes(4096)); "
+        "f.flush(); m = mmap.mmap(f.fileno(), 4096); f.close(); time.sleep(600)'\n"
+        "subprocess.Popen([sys.executable, '-c', child])\n"
+        f"keep = open('{held[1]}', 'w')",
+    )
+    port = _free_port()
+    sup = ProcessSupervisor(
+        ProcessCommand(
+            name="server",
+            argv=(sys.executable, "-c", server, str(port)),
+            log_path=str(tmp_path / "server.log"),
+            health_url=f"http://127.0.0.1:{port}/health",
+            restart=RestartPolicy(max_restarts=1, backoff_s=0.1),
+        )
+    )
+    try:
+        sup.start()
+        _until(lambda: sup.state == "running" and all(p.exists() for p in held))
+        time.sleep(2)  # the supervisor lists them while the server is healthy
+        os.killpg(sup.snapshot()["pid"], signal.SIGKILL)
+        _until(lambda: sup.snapshot()["restarts"] == 1)
+        _until(lambda: sup.state == "running")
+        log = Path(sup.command.log_path).read_text().splitlines()
+        (removed,) = [line for line in log if "removed what it left in /dev/shm" in line]
+        # The killed server's files were removed before its restart made them again.
+        assert removed.endswith(f"/dev/shm: {held[0]}, {held[1]}"), removed
+        assert other.exists()
+        sup.stop()
+        assert not any(p.exists() for p in held)  # a stop removes them too
+    finally:
+        sup.stop()
+        for p in [*held, other]:
+            p.unlink(missing_ok=True)
 
 
 def test_the_process_gets_its_environment_on_top_of_the_supervisors(tmp_path, monkeypatch):

@@ -136,7 +136,7 @@ def build_plan(
                 log=str(Path(log_dir) / f"{name}.log"),
                 name=name,
                 role=group.role,
-                env={CPU_ENGINE_VAR: "1"} if cpu else {},
+                env={**({CPU_ENGINE_VAR: "1"} if cpu else {}), **spec.timeouts.worker_env},
                 node_id=node.node_id,
                 gpus=0 if cpu else group.gpus_per_worker,
                 bootstrap_port=bootstrap,
@@ -159,16 +159,18 @@ def _cpu_args(group: WorkerGroup) -> list[str]:
 
 
 def _router_argv(spec: ClusterSpec, workers: list[WorkerPlan]) -> list[str]:
-    """``sglang_router.launch_router`` in PD mode with every prefill and decode URL."""
-    argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", BIND_HOST]
+    """The sglang-router in PD mode with every prefill and decode URL (``router_main``:
+    ``sglang_router.launch_router``'s arguments, started without its slow imports)."""
+    argv = [sys.executable, "-m", "sglang_engram.cluster.router_main", "--host", BIND_HOST]
     argv += ["--port", str(spec.router.port), "--pd-disaggregation"]
     for w in workers:
         argv += ["--prefill", w.url, str(w.bootstrap_port)] if w.role == "prefill" else []
     argv += [a for w in workers if w.role == "decode" for a in ("--decode", w.url)]
     argv += ["--policy", spec.router.policy, "--prometheus-port", str(spec.router.prometheus_port)]
+    argv += spec.timeouts.router_args
+    argv += [] if spec.router.circuit_breaker else ["--disable-circuit-breaker"]
     # NOTE: defaults that extra_args may override (the last of a flag wins). At "info" the
-    # router logs every registration poll. A retried PD request pairs a new prefill with
-    # a decode worker that may be the one that just died (it is deregistered ~2 s later):
-    # that prefill then holds the request for SGLang's bootstrap timeout (300 s), and so
-    # does the client; without retries the client gets the decode worker's error at once.
+    # router logs every registration poll. No retries: a retried PD request pairs a new
+    # prefill with a decode worker that may be the one that just died (it is deregistered
+    # ~2 s later); without retries the client gets the decode worker's error at once.
     return [*argv, "--log-level", "warn", "--retry-max-retries", "1", *spec.router.extra_args]

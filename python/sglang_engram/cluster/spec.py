@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sglang_engram.args.flags import ENGRAM_FLAGS, SsdRead
 from sglang_engram.args.server_config import DEFAULT_OFFLOAD
+from sglang_engram.cluster.recovery import RestartPolicy, StrictModel, Timeouts
 from sglang_engram.spec_files.schema_errors import first_error
 from sglang_engram.spec_files.yaml_file import read_mapping
 
@@ -32,7 +33,8 @@ MANAGED_WORKER_FLAGS = (
 )
 MANAGED_ROUTER_FLAGS = (
     *("--host", "--port", "--pd-disaggregation", "--prefill", "--decode"),
-    *("--worker-urls", "--policy", "--prometheus-port"),
+    *("--worker-urls", "--policy", "--prometheus-port", "--health-check-interval-secs"),
+    "--disable-circuit-breaker",
 )
 
 
@@ -42,11 +44,6 @@ class ClusterError(Exception):
 
 class ClusterSpecError(ClusterError, ValueError):
     """The spec file is missing, malformed or asks for something impossible."""
-
-
-class _Model(BaseModel):
-    # NOTE: strict: a `true` where a number belongs, or "2" for 2, is a mistake.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _extra_args(raw: Any, managed: tuple[str, ...]) -> tuple[str, ...]:
@@ -61,27 +58,15 @@ def _extra_args(raw: Any, managed: tuple[str, ...]) -> tuple[str, ...]:
     return args
 
 
-class RestartPolicy(_Model):
-    """Bounded restarts: the n-th restart waits backoff_s * 2**(n-1), at most max_backoff_s."""
-
-    max_restarts: int = Field(3, ge=0)
-    backoff_s: float = Field(2.0, ge=0)
-    max_backoff_s: float = 60.0
-
-    @model_validator(mode="after")
-    def check_bounds(self) -> RestartPolicy:
-        if self.max_backoff_s < self.backoff_s:
-            raise ValueError("max_backoff_s must be at least backoff_s")
-        return self
-
-    def delay(self, restart: int) -> float:
-        return min(self.backoff_s * 2 ** (restart - 1), self.max_backoff_s)
-
-
-class RouterSpec(_Model):
+class RouterSpec(StrictModel):
     port: int = 8000
     policy: Literal["random", "round_robin", "cache_aware", "power_of_two"] = "cache_aware"
     prometheus_port: int = 29000
+    # NOTE: off by default: the router counts a failed PD request against both of its
+    # workers, so a dead decode worker opens the healthy prefill's circuit (every request
+    # then answers "No available prefill workers") and keeps it open for its timeout
+    # (60 s) after the decode worker is back. The supervisor deregisters a dead worker.
+    circuit_breaker: bool = False
     extra_args: tuple[str, ...] = ()
 
     @field_validator("extra_args", mode="before")
@@ -90,7 +75,7 @@ class RouterSpec(_Model):
         return _extra_args(raw, MANAGED_ROUTER_FLAGS)
 
 
-class WorkerGroup(_Model):
+class WorkerGroup(StrictModel):
     """``count`` identical SGLang servers of one role."""
 
     role: Literal["prefill", "decode"]
@@ -181,7 +166,7 @@ class WorkerGroup(_Model):
         return out
 
 
-class ClusterSpec(_Model):
+class ClusterSpec(StrictModel):
     name: str = Field(pattern=NAME)
     model: str
     # gpu: each worker holds gpus_per_worker GPUs; cpu: SGLang's CPU engine, no GPUs.
@@ -193,6 +178,7 @@ class ClusterSpec(_Model):
     base_port: int = 30000
     bootstrap_base_port: int = 8998
     restart: RestartPolicy = RestartPolicy()
+    timeouts: Timeouts = Timeouts()
     log_dir: str | None = None
 
     @field_validator("model")

@@ -98,4 +98,8 @@ def _registered(member: dict[str, Any]) -> bool | None:
 
 
 def _restarts(member: dict[str, Any]) -> str:
-    return f"{member['restarts']}/{member['max_restarts']}" if "restarts" in member else "-"
+    """Restarts in all, and the row that counts against max_restarts when there is one."""
+    if "restarts" not in member:
+        return "-"
+    row = member.get("restarts_in_a_row", 0)
+    return f"{member['restarts']}" + (f" ({row}/{member['max_restarts']})" if row else "")

@@ -1,9 +1,12 @@
-"""Run one server process, watch its health, restart it with backoff when it dies.
+"""Run one server process, watch its health, restart it with backoff when it dies or hangs.
 
 One thread owns the process from spawn to kill: it starts it, polls its health URL,
-restarts it after ``RestartPolicy.delay`` when it exits, gives up after
-``max_restarts`` (state ``failed``) and, on ``stop``, terminates the whole process
-tree. The process runs in a session of its own so that its children (SGLang's
+SIGKILLs its whole group when it hangs (no answer for ``hang_timeout_s`` after having
+answered, or none ``start_timeout_s`` after its start: a stopped or deadlocked process
+never exits by itself), restarts it after ``RestartPolicy.delay`` when it exits, gives
+up after ``max_restarts`` in a row (state ``failed``) and, on ``stop``, terminates the
+whole process tree. Whatever an incarnation held in ``/dev/shm`` is removed once its
+group has ended (``shm_files``). The process runs in a session of its own so that its children (SGLang's
 scheduler and detokenizer) are stopped with it, and (on Linux) is killed by the kernel
 if the supervising process dies without stopping it.
 """
@@ -24,12 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_engram.cluster.spec import RestartPolicy
-from sglang_engram.server_process import probe, stop_group
+import psutil
+
+from sglang_engram.cluster import shm_files
+from sglang_engram.cluster.recovery import RestartPolicy
+from sglang_engram.server_process import group_members, probe, stop_group
+
+SHM_LOOK_S = 30.0  # how often a healthy process's /dev/shm files are listed
 
 # States: starting (spawned, health not yet answered), running (healthy), unhealthy (alive,
-# its health check fails after having passed), restarting (dead, waiting out the backoff),
-# failed (gave up after max_restarts, or could not be spawned), stopped (on request).
+# its health check fails after having passed; killed as hung after hang_timeout_s),
+# restarting (dead, waiting out the backoff), failed (gave up after max_restarts in a
+# row, or could not be spawned), stopped (on request).
 
 
 @dataclass(frozen=True)
@@ -53,11 +62,14 @@ class ProcessSupervisor:
         self._thread: threading.Thread | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.state = "stopped"  # written under _lock by the owning thread
-        self.restarts = 0
+        self.restarts = 0  # in all: the incarnation the router registration follows
+        self._in_a_row = 0  # restarts since the process last stayed healthy reset_after_s
+        self._hung_kills = 0
         self._exit_codes: list[int] = []
         self._started_at: float | None = None
         self._killed_pids: list[int] = []
         self._error: str | None = None
+        self._shm: set[str] = set()  # /dev/shm files the current incarnation held
 
     def start(self) -> None:
         self.state = "starting"
@@ -81,7 +93,9 @@ class ProcessSupervisor:
                 "state": self.state,
                 "pid": proc.pid if proc is not None and proc.poll() is None else None,
                 "restarts": self.restarts,
+                "restarts_in_a_row": self._in_a_row,
                 "max_restarts": self.command.restart.max_restarts,
+                "hung_kills": self._hung_kills,
                 "exit_codes": list(self._exit_codes),
                 "uptime_s": None if self._started_at is None else time.time() - self._started_at,
                 "log": self.command.log_path,
@@ -107,18 +121,23 @@ class ProcessSupervisor:
                 return
             code = self._watch(proc)
             if code is None:  # stop requested; the tree is already down
+                self._remove_shm()
                 return
             stop_group(proc, 5.0)  # what it left behind (children without a death signal)
+            self._remove_shm()
             with self._lock:
                 self._exit_codes.append(code)
-                if self.restarts >= self.command.restart.max_restarts:
+                if self._in_a_row >= self.command.restart.max_restarts:
                     self.state = "failed"
-                    self._error = f"exited with {code}; gave up after {self.restarts} restarts"
+                    self._error = (
+                        f"exited with {code}; gave up after {self._in_a_row} restarts in a row"
+                    )
                     self._log(self._error)
                     return
                 self.restarts += 1
+                self._in_a_row += 1
                 self.state = "restarting"
-                delay = self.command.restart.delay(self.restarts)
+                delay = self.command.restart.delay(self._in_a_row)
             self._log(f"exited with {code}; restart {self.restarts} in {delay:g}s")
             if self._stop.wait(delay):
                 return
@@ -146,7 +165,12 @@ class ProcessSupervisor:
         return proc
 
     def _watch(self, proc: subprocess.Popen[bytes]) -> int | None:
-        """Poll health once a second until the process exits (its code) or stop (None)."""
+        """Poll health once a second until the process exits (its code), hangs (it is
+        SIGKILLed: -9) or stop is requested (None)."""
+        policy, started = self.command.restart, time.monotonic()
+        last_ok: float | None = None  # when health last answered
+        healthy_since: float | None = None  # the first answer of the current healthy run
+        next_shm_look = started
         while (code := proc.poll()) is None:
             if self._stop.is_set():
                 self._log("stopping")
@@ -154,20 +178,69 @@ class ProcessSupervisor:
                 with self._lock:
                     self._killed_pids = list(stopped.pids)
                 return None
-            healthy = probe(self.command.health_url)
+            healthy = probe(self.command.health_url, policy.probe_timeout_s)
+            now = time.monotonic()
+            last_ok = now if healthy else last_ok
+            healthy_since = (healthy_since or now) if healthy else None
+            if healthy and now >= next_shm_look:
+                self._shm |= shm_files.held(proc.pid)
+                next_shm_look = now + SHM_LOOK_S
             with self._lock:
                 if healthy and self.state in ("starting", "unhealthy"):
                     self.state = "running"
                 elif not healthy and self.state == "running":
                     self.state = "unhealthy"
+                if healthy_since is not None and now - healthy_since >= policy.reset_after_s:
+                    self._in_a_row = 0
+            if hung := _hang(policy, now - started, None if last_ok is None else now - last_ok):
+                self._log(f"{hung}; killing it")
+                with self._lock:
+                    self._hung_kills += 1
+                _kill_hung(proc.pid)
+                return proc.wait()
             self._stop.wait(1.0)
         return code
+
+    def _remove_shm(self) -> None:
+        """Remove the /dev/shm files of the incarnation whose process group has ended."""
+        if removed := shm_files.remove(self._shm):
+            self._log(f"removed what it left in /dev/shm: {', '.join(removed)}")
+        self._shm = set()
 
     def _log(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with contextlib.suppress(OSError):  # an unwritable log is reported by _spawn
             with open(self.command.log_path, "a") as f:
                 f.write(f"=== [{stamp}] supervisor: {self.command.name} {message}\n")
+
+
+def _kill_hung(pgid: int) -> None:
+    """SIGKILL the hung group ``pgid`` leads, all but multiprocessing's resource tracker.
+
+    NOTE: SIGKILL at once: a stopped process does not act on SIGTERM, and a hung one will
+    not finish its requests; its clients get their errors now. The resource tracker
+    unlinks the group's named semaphores (``/dev/shm/sem.mp-*``) once the processes that
+    use them are gone, and exits; killed with them it cannot. It is spared and woken (the
+    whole group may have been stopped), and ``_run``'s ``stop_group`` gives it a few
+    seconds before it kills what is left. Signals by pid: psutil's wait would reap the
+    leader, whose exit code the caller reads.
+    """
+    for p in group_members(pgid):
+        with contextlib.suppress(psutil.Error):
+            if not any("multiprocessing.resource_tracker" in a for a in p.cmdline()):
+                p.send_signal(signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGCONT)
+
+
+def _hang(policy: RestartPolicy, age_s: float, silent_s: float | None) -> str | None:
+    """Why a live process counts as hung (its age, and how long since its health last
+    answered: None if it never did), or None."""
+    if silent_s is None and age_s > policy.start_timeout_s:
+        return f"no health answer {age_s:.0f}s after its start (start_timeout_s)"
+    if silent_s is not None and silent_s > policy.hang_timeout_s:
+        return f"no health answer for {silent_s:.0f}s (hang_timeout_s)"
+    return None
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None

@@ -1,0 +1,172 @@
+"""The soak's figures: requests by outcome and cause, waits against the bound, time to
+restore per fault kind, answers checked against the reference model, resource growth;
+the table it prints and the summary behind its last line of JSON."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any
+
+from soak_faults import Fault, targets
+from soak_load import Outcome
+
+REFUSED_AT_ONCE_S = 1.0
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    return {
+        "n": len(values),
+        "median": statistics.median(values) if values else None,
+        "max": max(values) if values else None,
+    }
+
+
+def regime_of(prefill_offload: str, decode_offload: str) -> str:
+    """The reference regime a PD pairing serves: Engram where each side has it."""
+    pre, dec = prefill_offload != "off", decode_offload != "off"
+    return {(1, 1): "both", (1, 0): "prefill_only", (0, 1): "decode_only"}.get((pre, dec), "none")
+
+
+def slow_refusals(outcomes: list[Outcome], faults: list[Fault], detect_s: dict[str, float]) -> int:
+    """Failed requests that waited more than ``REFUSED_AT_ONCE_S`` although sent while a
+    fault's component was known to be down: after its detection (``detect_s`` by signal:
+    a stopped component is silent until the supervisor kills it), before it was back,
+    and not within any fault's detection window."""
+
+    def window(f: Fault) -> tuple[float, float]:
+        return f.at, f.at + detect_s[f.kind.partition(":")[2]]
+
+    def detecting(o: Outcome) -> bool:
+        return any(a <= o.sent < b for a, b in map(window, faults))
+
+    def known_down(o: Outcome) -> bool:
+        return any(window(f)[1] <= o.sent < (f.back_at or float("inf")) for f in faults)
+
+    return sum(
+        not o.ok and o.waited_s > REFUSED_AT_ONCE_S and known_down(o) and not detecting(o)
+        for o in outcomes
+    )
+
+
+def summarize(
+    outcomes: list[Outcome],
+    faults: list[Fault],
+    wrong: list[Outcome],
+    growth: dict[str, dict],
+    *,
+    bound_s: float,
+    duration_s: float,
+    kinds: list[str],
+    detect_s: dict[str, float],
+) -> dict[str, Any]:
+    ok = [o for o in outcomes if o.ok]
+    failed = [o for o in outcomes if not o.ok]
+    longest = max(outcomes, key=lambda o: o.waited_s, default=None)
+    restored_after = {
+        f.back_at for f in faults if f.back_at is not None and "prefill" in targets(f.kind)
+    }
+    first_back = min(restored_after, default=None)
+    per_kind = {}
+    for kind in kinds:
+        mine = [f for f in faults if f.kind == kind]
+        hit = [o for f in mine for o in outcomes if o.sent <= f.at < o.ended]
+        per_kind[kind] = {
+            "faults": len(mine),
+            "not_restored": sum(f.back_at is None for f in mine),
+            "back_s": _stats([f.back_s for f in mine if f.back_s is not None]),
+            "serving_again_s": _stats([f.serving_s for f in mine if f.serving_s is not None]),
+            "in_flight": len(hit),
+            "in_flight_failed": sum(not o.ok for o in hit),
+            "in_flight_longest_wait_s": max((o.waited_s for o in hit), default=None),
+        }
+    sent = len(outcomes)
+    tokens = sum(len(o.output_ids) for o in ok)
+    grew = sorted(s for s, g in growth.items() if g["grew"])
+    summary = {
+        "duration_s": duration_s,
+        "sent": sent,
+        "completed": len(ok),
+        "failed": len(failed),
+        "wrong": len(wrong),
+        "completed_ratio": len(ok) / sent if sent else None,
+        "failed_by_cause": dict(Counter(o.cause for o in failed).most_common()),
+        "refused_at_once": sum(o.waited_s < REFUSED_AT_ONCE_S for o in failed),
+        "refused_slowly_while_down": slow_refusals(outcomes, faults, detect_s),
+        "longest_wait_s": longest.waited_s if longest else None,
+        "longest_wait_cause": (longest.cause or "completed") if longest else None,
+        "bound_s": bound_s,
+        "within_bound": longest is None or longest.waited_s <= bound_s,
+        "completed_wait_s": {
+            "p50": _pct([o.waited_s for o in ok], 0.5),
+            "p99": _pct([o.waited_s for o in ok], 0.99),
+        },
+        "output_tok_s": tokens / duration_s if duration_s else None,
+        "prefix_cache_hits": sum(o.cached_tokens > 0 for o in ok),
+        "prefix_cache_hits_after_prefill_restart": sum(
+            o.cached_tokens > 0 and first_back is not None and o.sent > first_back for o in ok
+        ),
+        "faults": per_kind,
+        "faults_total": len(faults),
+        "all_restored": all(f.back_at is not None for f in faults),
+        "grew": grew,
+        "growth": growth,
+    }
+    summary["passed"] = (
+        summary["wrong"] == 0
+        and summary["within_bound"]
+        and summary["all_restored"]
+        and summary["refused_slowly_while_down"] == 0
+        and not grew
+    )
+    return summary
+
+
+def render(summary: dict[str, Any]) -> str:
+    s = summary
+    ratio = "-" if s["completed_ratio"] is None else f"{s['completed_ratio']:.3f}"
+    lines = [
+        f"requests: {s['sent']} sent, {s['completed']} completed ({ratio} of sent), "
+        f"{s['failed']} failed ({s['refused_at_once']} refused in < {REFUSED_AT_ONCE_S:g} s; "
+        f"{s['refused_slowly_while_down']} slower while a component was known down), "
+        f"{s['wrong']} wrong",
+        f"longest wait {_f(s['longest_wait_s'])} s ({s['longest_wait_cause']}); bound "
+        f"{s['bound_s']:g} s: {'met' if s['within_bound'] else 'EXCEEDED'}; completed p50 "
+        f"{_f(s['completed_wait_s']['p50'])} s, p99 {_f(s['completed_wait_s']['p99'])} s",
+        f"prefix-cache hits: {s['prefix_cache_hits']} "
+        f"({s['prefix_cache_hits_after_prefill_restart']} after a prefill restart)",
+        "",
+        f"{'failed by cause':<48} {'n':>6}",
+    ]
+    lines += [f"{cause[:48]:<48} {n:>6}" for cause, n in s["failed_by_cause"].items()]
+    lines += [
+        "",
+        f"{'fault':<14} {'n':>3} {'unrestored':>10} {'back med':>9} {'back max':>9} "
+        f"{'serve med':>9} {'serve max':>9} {'in flight':>9} {'failed':>6} {'wait max':>8}",
+    ]
+    for kind, k in s["faults"].items():
+        lines.append(
+            f"{kind:<14} {k['faults']:>3} {k['not_restored']:>10} "
+            f"{_f(k['back_s']['median']):>9} {_f(k['back_s']['max']):>9} "
+            f"{_f(k['serving_again_s']['median']):>9} {_f(k['serving_again_s']['max']):>9} "
+            f"{k['in_flight']:>9} {k['in_flight_failed']:>6} "
+            f"{_f(k['in_flight_longest_wait_s']):>8}"
+        )
+    lines += ["", f"{'resource (after warm-up)':<34} {'first':>9} {'last':>9} grew"]
+    for series, g in s["growth"].items():
+        lines.append(
+            f"{series:<34} {g['first']:>9.1f} {g['last']:>9.1f} {'YES' if g['grew'] else 'no'}"
+        )
+    lines.append(f"\n{'PASSED' if s['passed'] else 'FAILED'}")
+    return "\n".join(lines)
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
