@@ -6,9 +6,11 @@ does not push everything else out of the page cache. Per read the distinct block
 the ids are grouped into runs (consecutive blocks; whole 1 MiB windows where a window
 needs many of its blocks, as the ``mmap`` reader plans them), the runs go to the disk
 in one ``io_submit`` (:mod:`engram.ssd.aio`) and the reader sleeps once until they are
-in. Each copy is fresh from the disk, so every block read is hashed against its
-expected hash before any row is gathered out of it (no block stays "checked").
-Buffers are kept per thread (the lookup and the read-ahead thread read at once).
+in. Each copy is fresh from the disk, so every block a row is taken from is hashed
+against its expected hash before any row is gathered out of it (no block stays
+"checked"; blocks read only because their window was read whole are not looked at).
+Buffers and plans are kept per thread (the lookup and the read-ahead thread read at
+once) and reused.
 """
 
 from __future__ import annotations
@@ -17,20 +19,22 @@ import errno
 import mmap
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from engram.ssd import kernels
 from engram.ssd.aio import AioContext
-from engram.ssd.block_hashes import BlockChecks
+from engram.ssd.block_hashes import BlockChecks, as_words
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import PAGE_BYTES, DiskLayout
-from engram.ssd.readers.base import RowReader, expand_runs, plan_runs, row_window, split_runs
+from engram.ssd.readers.base import ALL_ROWS, RowReader
+from engram.ssd.readers.planning import COUNT, FIRST, ReadPlan
 
 QUEUE_DEPTH = 1024
 MAX_RUN_BYTES = 128 << 10
-BATCH_BLOCKS = 8192  # blocks per submission: 32 MiB of 4 KiB blocks
+BATCH_BYTES = 32 << 20  # a buffer's size: 8,192 blocks of 4 KiB
 
 
 class DirectReader(RowReader):
@@ -39,52 +43,43 @@ class DirectReader(RowReader):
     def __init__(self, path: Path, layout: DiskLayout, *, checks: BlockChecks | None = None):
         super().__init__(path, layout, checks=checks)
         self._direct = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
-        self._run_blocks = max(1, MAX_RUN_BYTES // layout.block_bytes)
         self._local = threading.local()
         self._contexts: list[AioContext] = []
         self._lock = threading.Lock()
 
-    def read_rows(self, ids: np.ndarray, out: torch.Tensor) -> None:
+    def _new_plan(self) -> ReadPlan:
+        return ReadPlan(self.layout, max_run_bytes=MAX_RUN_BYTES, batch_bytes=BATCH_BYTES)
+
+    def read_rows(self, ids: np.ndarray, out: np.ndarray, at: np.ndarray = ALL_ROWS) -> None:
         if ids.size == 0:
             return
         layout = self.layout
-        blocks = ids // layout.rows_per_block
-        runs = split_runs(plan_runs(np.unique(blocks), layout), self._run_blocks)
-        self.pages_requested += int(runs[:, 1].sum()) * layout.pages_per_block
-        # NOTE: batches of at most BATCH_BLOCKS blocks bound the buffer; the ids of a
-        # batch are a slice of the sorted ids.
-        batch = (np.cumsum(runs[:, 1]) - runs[:, 1]) // BATCH_BLOCKS
-        for part in np.split(runs, np.flatnonzero(np.diff(batch)) + 1):
-            end = part[-1, 0] + part[-1, 1]
-            lo, hi = np.searchsorted(blocks, [part[0, 0], end])
-            self._read_batch(part, ids[lo:hi], blocks[lo:hi], out[lo:hi])
-
-    def _read_batch(
-        self, runs: np.ndarray, ids: np.ndarray, blocks: np.ndarray, out: torch.Tensor
-    ) -> None:
-        layout = self.layout
-        step = np.int64(layout.block_bytes)
-        counts = runs[:, 1]
-        slots = np.cumsum(counts) - counts  # first buffer block of each run
-        buffer = self._buffer(int(counts.sum()) * layout.block_bytes)
-        base = np.frombuffer(buffer, dtype=np.uint8).ctypes.data
-        results = self._context().read(
-            self._direct,
-            (base + slots * step).astype(np.uint64),
-            (counts * step).astype(np.uint64),
-            runs[:, 0] * step,
-        )
-        bad = np.flatnonzero(results != counts * step)
-        if bad.size:
-            raise self._error(runs, results, bad)
-        read = expand_runs(runs)  # every block in the buffer, in buffer order
-        if self.checks is not None:
-            offsets = np.arange(read.size, dtype=np.int64) * step
-            self.checks.check(memoryview(buffer), read, offsets, remember=False)
-        rows = ids % layout.rows_per_block
-        where = np.searchsorted(read, blocks) * step + rows * layout.row_bytes
-        window = row_window(torch.frombuffer(buffer, dtype=torch.uint8), layout.row_bytes)
-        torch.index_select(window, 0, torch.from_numpy(where), out=out)
+        plan = self._plan().make(ids)
+        runs = plan.runs
+        self.pages_requested += int(runs[:, COUNT].sum()) * layout.pages_per_block
+        run = row = block = 0
+        for end_run, end_row, end_block in plan.batches.tolist():
+            part = runs[run:end_run]
+            buffer = self._buffer(plan.batch_blocks_of(part) * layout.block_bytes)
+            words = as_words(buffer)
+            started = time.perf_counter()
+            results = self._context().read_runs(
+                self._direct, words.ctypes.data, part, layout.block_bytes
+            )
+            self.wait_seconds += time.perf_counter() - started
+            bad = np.flatnonzero(results != part[:, COUNT] * layout.block_bytes)
+            if bad.size:
+                raise self._error(part, results, bad)
+            if self.checks is not None:
+                # NOTE: a private copy, fresh from the disk: checked every time.
+                self.checks.check(
+                    words,
+                    plan.blocks[block:end_block],
+                    plan.block_at[block:end_block],
+                    remember=False,
+                )
+            kernels.plan.gather(words.view(np.uint8), plan.row_at, out, at, row, end_row)
+            run, row, block = end_run, end_row, end_block
 
     def warm(self, ids: np.ndarray) -> None:
         """Nothing: with the page cache out of play there is nothing to warm (rows
@@ -109,7 +104,7 @@ class DirectReader(RowReader):
         return ctx
 
     def _error(self, runs: np.ndarray, results: np.ndarray, bad: np.ndarray) -> PageReadError:
-        first, count = (int(v) for v in runs[bad[0]])
+        first, count = int(runs[bad[0], FIRST]), int(runs[bad[0], COUNT])
         got = int(results[bad[0]])
         per = self.layout.pages_per_block
         if got < 0:

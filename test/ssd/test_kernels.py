@@ -1,0 +1,170 @@
+"""The SSD tier's compiled kernels against plain references: XXH3 against the xxhash
+package, read plans against reading the file by hand, the RAM cache's LRU against a
+model of it; and that a table's lookups compile nothing once it is open."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import xxhash
+
+from engram.ssd import kernels
+from engram.ssd.block_hashes import as_words, chunk_hashes
+from engram.ssd.kernels.constants import COUNT, END_BLOCK, END_ROW, END_RUN, FIRST, SLOT
+from engram.ssd.layout import DiskLayout
+from engram.ssd.readers import reader_names
+from engram.ssd.readers.planning import ReadPlan
+from engram.ssd.row_cache import RowCache
+from engram.tables import create_table
+from test.ssd.helpers import random_table
+
+
+def test_xxh3_equals_the_xxhash_package() -> None:
+    rng = np.random.default_rng()
+    data = np.frombuffer(rng.bytes(64 << 10), dtype=np.uint8)
+    # 248 is the shortest input on this branch; 1,024 and 1,032 straddle a round.
+    for length in (248, 256, 1016, 1024, 1032, 2048, 4096, 8192, 12288):
+        offsets = np.sort(rng.choice((data.size - length) // 8, 16, replace=False)) * 8
+        got = np.empty(offsets.size, dtype=np.uint64)
+        kernels.xxh3.hash_blocks(as_words(data), offsets, length, got)
+        want = [xxhash.xxh3_64_intdigest(data[o : o + length].tobytes()) for o in offsets]
+        assert got.tolist() == want, length
+    chunk = rng.bytes(4096 * 5)
+    want = [xxhash.xxh3_64_intdigest(chunk[i : i + 4096]) for i in range(0, len(chunk), 4096)]
+    assert chunk_hashes(chunk, 4096).tolist() == want
+
+
+def _read_by_plan(
+    plan: ReadPlan, layout: DiskLayout, file: np.ndarray, ids: np.ndarray
+) -> np.ndarray:
+    """Rows of ``ids`` as a reader following ``plan`` gets them (``in_file`` False)."""
+    out = np.zeros((ids.size, layout.row_bytes), dtype=np.uint8)
+    bb = layout.block_bytes
+    run = row = block = 0
+    for end_run, end_row, end_block in plan.batches.tolist():
+        runs = plan.runs[run:end_run]
+        buffer = np.zeros(plan.batch_blocks_of(runs) * bb, dtype=np.uint8)
+        for first, count, slot in runs.tolist():
+            buffer[slot * bb : (slot + count) * bb] = file[first * bb : (first + count) * bb]
+        for b, at in zip(plan.blocks[block:end_block], plan.block_at[block:end_block], strict=True):
+            assert np.array_equal(buffer[at : at + bb], file[b * bb : (b + 1) * bb])
+        kernels.plan.gather(buffer, plan.row_at, out, np.zeros(0, dtype=np.int64), row, end_row)
+        run, row, block = end_run, end_row, end_block
+    assert (row, block) == (ids.size, plan.k)
+    return out
+
+
+@pytest.mark.parametrize("head_dim", [256, 64, 1024])
+def test_read_plans_find_every_row(head_dim: int) -> None:
+    rng = np.random.default_rng()
+    layout = DiskLayout(int(rng.integers(20_000, 60_000)), head_dim)
+    file = np.frombuffer(rng.bytes(layout.file_bytes), dtype=np.uint8)
+    rows = file.reshape(layout.num_blocks, layout.block_bytes)[
+        :, : layout.rows_per_block * layout.row_bytes
+    ].reshape(-1, layout.row_bytes)[: layout.num_rows]
+    for _ in range(6):
+        n = int(rng.integers(1, 5_000))
+        ids = np.unique(rng.integers(0, layout.num_rows, n))
+        if rng.random() < 0.5:  # a dense stretch: whole windows get read
+            start = int(rng.integers(0, layout.num_rows - 3000))
+            ids = np.union1d(ids, np.arange(start, start + 3000))
+        plan = ReadPlan(
+            layout,
+            max_run_bytes=int(rng.choice([1, 4, 32])) * layout.block_bytes,
+            batch_bytes=int(rng.choice([1, 3, 64, 1 << 20])) * layout.block_bytes,
+            windows=bool(rng.random() < 0.7),
+        ).make(ids)
+        assert np.array_equal(plan.blocks, np.unique(ids // layout.rows_per_block))
+        assert (plan.runs[:, COUNT] <= plan.max_run).all()
+        starts = plan.runs[:, FIRST]
+        assert (np.diff(starts) > 0).all() and (
+            starts[1:] >= starts[:-1] + plan.runs[:-1, COUNT]
+        ).all()
+        assert plan.batches[-1, END_RUN] == plan.r and (np.diff(plan.batches[:, END_RUN]) > 0).all()
+        ends = starts + plan.runs[:, COUNT]
+        # Runs touch only where one is full; without windows they cover just the blocks.
+        assert ((starts[1:] > ends[:-1]) | (plan.runs[:-1, COUNT] == plan.max_run)).all()
+        if not plan.window:
+            covered = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends, strict=True)])
+            assert np.array_equal(covered, plan.blocks)
+        assert (plan.runs[:, SLOT] + plan.runs[:, COUNT] <= plan.batch_blocks + plan.max_run).all()
+        assert np.array_equal(_read_by_plan(plan, layout, file, ids), rows[ids])
+
+
+def test_a_plan_skips_blocks_in_memory_and_can_give_file_offsets() -> None:
+    rng = np.random.default_rng()
+    layout = DiskLayout(50_000, 256)
+    ids = np.unique(rng.integers(0, layout.num_rows, 2_000))
+    skip = rng.random(layout.num_blocks) < 0.5
+    plan = ReadPlan(layout, max_run_bytes=8 * layout.block_bytes, pieces=4, in_file=True)
+    plan.make(ids, skip)
+    read = np.zeros(layout.num_blocks, dtype=bool)
+    kernels.plan.mark_runs(read, plan.runs)
+    needed = np.unique(ids // layout.rows_per_block)
+    assert read[needed[~skip[needed]]].all()  # every block not in memory is read
+    assert not read[needed[skip[needed]]].any() or plan.window  # whole windows may cover some
+    assert np.array_equal(plan.row_at, layout.row_offsets(ids))
+    assert plan.b <= 4 and plan.batches[-1, END_ROW] == ids.size
+    assert plan.batches[-1, END_BLOCK] == needed.size
+
+
+def test_ram_cache_is_lru_within_each_set() -> None:
+    rng = np.random.default_rng()
+    ways, n_sets = 4, 8
+    cache = RowCache(ways * n_sets * 3, 3, ways=ways)
+    model: list[list[int]] = [[] for _ in range(n_sets)]  # per set, least recent first
+    for _ in range(200):
+        ids = np.unique(rng.integers(0, 100, int(rng.integers(1, 40))))
+        rows = (ids[:, None] * np.array([1, 7, 13]) % 251).astype(np.uint8)
+        out = np.zeros_like(rows)
+        need = np.ones(ids.size, dtype=bool)
+        missed = np.empty(ids.size, dtype=np.int64)
+        n_missed = cache.take(ids, need, out, missed)
+        hit = [int(i) for i in ids if i in model[i % n_sets]]
+        assert sorted(ids[~need].tolist()) == sorted(hit)
+        assert np.array_equal(out[~need], rows[~need]) and n_missed == ids.size - len(hit)
+        for i in hit:  # hits become the most recently used
+            model[i % n_sets].remove(i)
+            model[i % n_sets].append(i)
+        at = missed[:n_missed]
+        cache.put(ids[at], rows, at)
+        fresh: dict[int, int] = {}
+        for i in ids[at].tolist():
+            s = model[i % n_sets]
+            if fresh.get(i % n_sets, 0) == ways:
+                continue  # the set was filled in this call: the surplus is not cached
+            fresh[i % n_sets] = fresh.get(i % n_sets, 0) + 1
+            if len(s) == ways:
+                s.pop(0)
+            s.append(i)
+    assert cache.hits > 0 and cache.misses > 0
+
+
+def test_lookups_compile_nothing_once_a_table_is_open(tmp_path: Path) -> None:
+    weight, scale = random_table(5_000, 256)
+    compiled = {}
+    for read in reader_names():
+        for ram in (0, 1 << 20):
+            with create_table(
+                "ssd", weight, scale, path=tmp_path / "t", read=read, ram_cache_bytes=ram
+            ) as table:
+                if not compiled:
+                    compiled = _signatures()
+                ids = torch.randint(0, 5_000, (64, 48))
+                table.prefetch(ids[:8]).wait(30)
+                table.lookup(ids)
+                table.drop_page_cache()
+                table.lookup(ids[8:])
+    assert _signatures() == compiled
+
+
+def _signatures() -> dict[str, int]:
+    return {
+        f"{module}.{name}": len(getattr(getattr(kernels, module), name).signatures)
+        for module in kernels.SUBMODULES
+        for name, obj in vars(getattr(kernels, module)).items()
+        if hasattr(obj, "signatures") and not name.startswith("_")
+    }
