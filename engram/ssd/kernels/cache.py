@@ -14,8 +14,22 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from engram.ssd.kernels.types import FLAGS, FLAGS_IN, I64, I64_2, I64_IN, INT, ROWS, ROWS_IN
 
-@numba.njit(nogil=True, cache=True)
+
+@numba.njit(nogil=True)
+def _copy_row(out: np.ndarray, i: int, rows: np.ndarray, j: int) -> None:
+    # NOTE: a byte loop, not `out[i, :] = rows[j]`: numba compiles slice assignment
+    # ~40x slower and runs it no faster.
+    for b in range(out.shape[1]):
+        out[i, b] = rows[j, b]
+
+
+@numba.njit(
+    [numba.types.UniTuple(INT, 2)(I64_2, I64_2, INT, ROWS, I64_IN, FLAGS, ROWS, I64)],
+    nogil=True,
+    cache=True,
+)
 def take(
     tags: np.ndarray,
     stamps: np.ndarray,
@@ -45,14 +59,14 @@ def take(
             missed[misses] = i
             misses += 1
             continue
-        out[i, :] = rows[home * ways + found]
+        _copy_row(out, i, rows, home * ways + found)
         stamps[home, found] = clock + i
         need[i] = False
         hits += 1
     return hits, misses
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit([INT(I64_2, I64_2, INT, ROWS, I64_IN, ROWS_IN, I64_IN)], nogil=True, cache=True)
 def admit(
     tags: np.ndarray,
     stamps: np.ndarray,
@@ -81,25 +95,36 @@ def admit(
         # NOTE: empty slots are stamped 0 and the clock starts at 1.
         if victim < 0 or stamps[home, victim] >= clock:
             continue
-        rows[home * ways + victim] = source[at[j]]
+        _copy_row(rows, home * ways + victim, source, at[j])
         tags[home, victim] = row
         stamps[home, victim] = clock + j
         admitted += 1
     return admitted
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True)
+def _find(held: np.ndarray, value: int) -> int:
+    """Where sorted ``held`` holds ``value``, or -1 (a binary search)."""
+    lo, hi = 0, held.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if held[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < held.size and held[lo] == value else -1
+
+
+@numba.njit([numba.boolean(I64_IN, I64_IN, FLAGS_IN)], nogil=True, cache=True)
 def any_held(held: np.ndarray, ids: np.ndarray, need: np.ndarray) -> bool:
     """Whether sorted distinct ``held`` holds any ``ids[i]`` still ``need``-ed."""
     for i in range(ids.size):
-        if need[i]:
-            pos = np.searchsorted(held, ids[i])
-            if pos < held.size and held[pos] == ids[i]:
-                return True
+        if need[i] and _find(held, ids[i]) >= 0:
+            return True
     return False
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit([INT(I64_IN, ROWS_IN, I64_IN, FLAGS, ROWS)], nogil=True, cache=True)
 def take_held(
     held: np.ndarray, rows: np.ndarray, ids: np.ndarray, need: np.ndarray, out: np.ndarray
 ) -> int:
@@ -109,9 +134,9 @@ def take_held(
     taken = 0
     for i in range(ids.size):
         if need[i]:
-            pos = np.searchsorted(held, ids[i])
-            if pos < held.size and held[pos] == ids[i]:
-                out[i, :] = rows[pos]
+            pos = _find(held, ids[i])
+            if pos >= 0:
+                _copy_row(out, i, rows, pos)
                 need[i] = False
                 taken += 1
     return taken

@@ -15,9 +15,22 @@ import numba
 import numpy as np
 
 from engram.ssd.kernels.constants import COUNT, END_BLOCK, END_ROW, END_RUN, FIRST, SLOT
+from engram.ssd.kernels.types import (
+    FLAG,
+    FLAGS,
+    FLAGS_IN,
+    I64,
+    I64_2,
+    I64_2_IN,
+    I64_IN,
+    INT,
+    ROWS,
+    U8_IN,
+    U64_2,
+)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True)
 def _emit(runs: np.ndarray, r: int, first: int, count: int, max_run: int) -> int:
     """Add blocks ``first .. first + count`` to ``runs[:r]`` (extending the last run
     where it ends at ``first``); returns the new run count."""
@@ -36,7 +49,30 @@ def _emit(runs: np.ndarray, r: int, first: int, count: int, max_run: int) -> int
     return r
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(
+    [
+        numba.types.UniTuple(INT, 3)(
+            I64_IN,
+            INT,
+            INT,
+            INT,
+            INT,
+            FLAGS_IN,
+            INT,
+            INT,
+            INT,
+            INT,
+            FLAG,
+            I64,
+            I64,
+            I64_2,
+            I64_2,
+            I64,
+        )
+    ],
+    nogil=True,
+    cache=True,
+)
 def plan(
     ids: np.ndarray,
     rows_per_block: int,
@@ -162,7 +198,7 @@ def plan(
     return k, r, b
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit([numba.void(U8_IN, I64_IN, ROWS, I64_IN, INT, INT)], nogil=True, cache=True)
 def gather(
     source: np.ndarray, offsets: np.ndarray, out: np.ndarray, at: np.ndarray, lo: int, hi: int
 ) -> None:
@@ -172,17 +208,20 @@ def gather(
     direct = at.size == 0
     for i in range(lo, hi):
         start = offsets[i]
-        out[i if direct else at[i], :] = source[start : start + width]
+        row = i if direct else at[i]
+        for b in range(width):  # NOTE: a loop compiles far faster than a slice copy
+            out[row, b] = source[start + b]
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit([numba.void(FLAGS, I64_2_IN)], nogil=True, cache=True)
 def mark_runs(flags: np.ndarray, runs: np.ndarray) -> None:
     """Set ``flags`` of every block of ``runs``."""
     for q in range(runs.shape[0]):
-        flags[runs[q, FIRST] : runs[q, FIRST] + runs[q, COUNT]] = True
+        for block in range(runs[q, FIRST], runs[q, FIRST] + runs[q, COUNT]):
+            flags[block] = True
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit([numba.void(I64_2_IN, INT, INT, INT, U64_2)], nogil=True, cache=True)
 def address_ranges(
     runs: np.ndarray, base: int, block_bytes: int, page_bytes: int, out: np.ndarray
 ) -> None:

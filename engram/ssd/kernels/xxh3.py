@@ -22,6 +22,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from engram.ssd.kernels.types import FLAG, FLAGS, I64_IN, INT, U64, U64_IN
+
 # NOTE: the specification's 192-byte default secret; read below as little-endian words.
 _SECRET = bytes.fromhex(
     "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
@@ -62,7 +64,7 @@ ROUND_WORDS = 128  # 1,024 bytes: 16 stripes of 8 words
 MIN_BYTES = 241  # shorter inputs take other branches of XXH3, not implemented here
 
 
-@numba.njit(inline="always")
+@numba.njit
 def _stripe(acc: np.ndarray, data: np.ndarray, at: int, keys: np.ndarray, key: int) -> None:
     for lane in range(8):
         word = data[at + lane]
@@ -71,7 +73,7 @@ def _stripe(acc: np.ndarray, data: np.ndarray, at: int, keys: np.ndarray, key: i
         acc[lane] += (mixed & LOW32) * (mixed >> np.uint64(32))
 
 
-@numba.njit(inline="always")
+@numba.njit
 def _fold(a: np.uint64, b: np.uint64) -> np.uint64:
     """The low and high halves of the 128-bit product ``a * b``, xored."""
     a_lo, a_hi = a & LOW32, a >> np.uint64(32)
@@ -83,10 +85,11 @@ def _fold(a: np.uint64, b: np.uint64) -> np.uint64:
     return low ^ high
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True)
 def _hash(data: np.ndarray, start: int, words: int, acc: np.ndarray) -> np.uint64:
     """XXH3-64 of ``data[start : start + words]`` (uint64 words, ``8 * words`` bytes)."""
-    acc[:] = INITIAL
+    for lane in range(8):
+        acc[lane] = INITIAL[lane]
     nbytes = 8 * words
     rounds = (nbytes - 1) // 1024
     for r in range(rounds):
@@ -112,7 +115,7 @@ def _hash(data: np.ndarray, start: int, words: int, acc: np.ndarray) -> np.uint6
     return result ^ (result >> np.uint64(32))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit([numba.void(U64_IN, I64_IN, INT, U64)], nogil=True, cache=True)
 def hash_blocks(data: np.ndarray, offsets: np.ndarray, block_bytes: int, out: np.ndarray) -> None:
     """``out[i]`` = XXH3-64 of the ``block_bytes`` bytes at byte ``offsets[i]`` of
     ``data`` (uint64 words: the buffer viewed as words; offsets multiples of 8)."""
@@ -122,7 +125,11 @@ def hash_blocks(data: np.ndarray, offsets: np.ndarray, block_bytes: int, out: np
         out[i] = _hash(data, offsets[i] // 8, words, acc)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(
+    [numba.types.UniTuple(INT, 3)(U64_IN, I64_IN, I64_IN, INT, U64_IN, FLAGS, FLAG)],
+    nogil=True,
+    cache=True,
+)
 def check_blocks(
     data: np.ndarray,
     blocks: np.ndarray,
