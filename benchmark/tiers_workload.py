@@ -151,8 +151,8 @@ def cache_curve(
             need = np.ones(ids.size, dtype=bool)
             rows = np.zeros((ids.size, 1), dtype=np.uint8)
             missed = np.empty(ids.size, dtype=np.int64)
-            misses = caches[layer].take(ids, need, rows, missed)
-            hits += ids.size - misses
+            took, misses = caches[layer].take(ids, need, rows, missed)
+            hits += took
             caches[layer].put(ids[missed[:misses]], rows, missed[:misses])
         points.append({"fraction": fraction, "hit_ratio": hits / total})
         del caches

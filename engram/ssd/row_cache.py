@@ -50,10 +50,12 @@ class RowCache:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
 
-    def take(self, ids: np.ndarray, need: np.ndarray, out: np.ndarray, missed: np.ndarray) -> int:
+    def take(
+        self, ids: np.ndarray, need: np.ndarray, out: np.ndarray, missed: np.ndarray
+    ) -> tuple[int, int]:
         """Copy the cached rows of distinct ``ids`` still ``need``-ed into ``out`` (row
         ``i`` for ``ids[i]``) and clear their ``need``; the positions of the others go
-        to ``missed`` (room for ``len(ids)``). Returns how many missed."""
+        to ``missed`` (room for ``len(ids)``). Returns (hits, misses)."""
         with self._lock:
             hits, misses = kernels.cache.take(
                 self.tags, self.stamps, self._clock, self.rows, ids, need, out, missed
@@ -61,7 +63,7 @@ class RowCache:
             self._clock += ids.size
             self.hits += hits
             self.misses += misses
-        return misses
+        return hits, misses
 
     def put(self, ids: np.ndarray, source: np.ndarray, at: np.ndarray) -> None:
         """Admit the rows of distinct ``ids`` (``source[at[j]]`` for ``ids[j]``)."""

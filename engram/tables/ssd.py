@@ -191,8 +191,9 @@ class SsdTable(EngramTable):
         ``out``: RAM cache first, then the file (read time counted under ``by``). Returns
         how many came from the RAM cache."""
         scratch = self._scratch
+        hits = 0
         if self._cache is not None:
-            missed = self._cache.take(ids, need, out, scratch.missed[: ids.size])
+            hits, missed = self._cache.take(ids, need, out, scratch.missed[: ids.size])
             at = scratch.missed[:missed]
         elif need.all():
             at = ALL_ROWS
@@ -200,7 +201,7 @@ class SsdTable(EngramTable):
             at = np.flatnonzero(need)  # NOTE: only after read-ahead handles gave rows
         miss = ids if at is ALL_ROWS else np.take(ids, at, out=scratch.ids[: at.size])
         if miss.size == 0:
-            return ids.size
+            return hits
         started = time.perf_counter()
         try:
             self._reader.read_rows(miss, out, at)
@@ -224,7 +225,7 @@ class SsdTable(EngramTable):
         self.read_seconds[by] += time.perf_counter() - started
         if self._cache is not None:
             self._cache.put(miss, out, at)
-        return ids.size - miss.size
+        return hits
 
     # ---- prefetch ---------------------------------------------------------------------
 

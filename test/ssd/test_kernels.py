@@ -122,10 +122,11 @@ def test_ram_cache_is_lru_within_each_set() -> None:
         out = np.zeros_like(rows)
         need = np.ones(ids.size, dtype=bool)
         missed = np.empty(ids.size, dtype=np.int64)
-        n_missed = cache.take(ids, need, out, missed)
+        n_hit, n_missed = cache.take(ids, need, out, missed)
         hit = [int(i) for i in ids if i in model[i % n_sets]]
         assert sorted(ids[~need].tolist()) == sorted(hit)
-        assert np.array_equal(out[~need], rows[~need]) and n_missed == ids.size - len(hit)
+        assert np.array_equal(out[~need], rows[~need])
+        assert (n_hit, n_missed) == (len(hit), ids.size - len(hit))
         for i in hit:  # hits become the most recently used
             model[i % n_sets].remove(i)
             model[i % n_sets].append(i)
