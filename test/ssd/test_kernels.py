@@ -46,7 +46,7 @@ def _read_by_plan(
     run = row = block = 0
     for end_run, end_row, end_block in plan.batches.tolist():
         runs = plan.runs[run:end_run]
-        buffer = np.zeros(plan.batch_blocks_of(runs) * bb, dtype=np.uint8)
+        buffer = np.zeros(plan.buffer_blocks() * bb, dtype=np.uint8)
         for first, count, slot in runs.tolist():
             buffer[slot * bb : (slot + count) * bb] = file[first * bb : (first + count) * bb]
         for b, at in zip(plan.blocks[block:end_block], plan.block_at[block:end_block], strict=True):

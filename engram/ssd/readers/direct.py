@@ -57,11 +57,10 @@ class DirectReader(RowReader):
         plan = self._plan().make(ids)
         runs = plan.runs
         self.pages_requested += int(runs[:, COUNT].sum()) * layout.pages_per_block
+        words = as_words(self._buffer(plan.buffer_blocks() * layout.block_bytes))
         run = row = block = 0
         for end_run, end_row, end_block in plan.batches.tolist():
             part = runs[run:end_run]
-            buffer = self._buffer(plan.batch_blocks_of(part) * layout.block_bytes)
-            words = as_words(buffer)
             started = time.perf_counter()
             results = self._context().read_runs(
                 self._direct, words.ctypes.data, part, layout.block_bytes
@@ -89,8 +88,7 @@ class DirectReader(RowReader):
         """This thread's page-aligned read buffer, grown to ``nbytes`` when needed."""
         held = getattr(self._local, "buffer", None)
         if held is None or len(held) < nbytes:
-            if held is not None:
-                held.close()
+            # NOTE: the old buffer is unmapped once its last view is gone.
             size = max(nbytes, 1 << 20)
             held = self._local.buffer = mmap.mmap(-1, -(-size // PAGE_BYTES) * PAGE_BYTES)
         return held

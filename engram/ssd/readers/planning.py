@@ -111,7 +111,7 @@ class ReadPlan:
         """``[b, 3]``: exclusive ends ``END_RUN``, ``END_ROW``, ``END_BLOCK``."""
         return self._batches[: self.b]
 
-    def batch_blocks_of(self, runs: np.ndarray) -> int:
-        """Blocks a buffer needs for ``runs`` (one batch's)."""
-        last = runs[-1]
-        return int(last[SLOT] + last[COUNT])
+    def buffer_blocks(self) -> int:
+        """Blocks a buffer needs to hold any one batch."""
+        last = self.runs[self.batches[:, END_RUN] - 1]
+        return int((last[:, SLOT] + last[:, COUNT]).max(initial=0))

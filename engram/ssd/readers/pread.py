@@ -60,10 +60,10 @@ class PreadReader(RowReader):
             return
         layout = self.layout
         plan = self._plan().make(ids)
+        buffer = np.empty(plan.buffer_blocks() * layout.block_bytes, dtype=np.uint8)
         run = row = block = 0
         for end_run, end_row, end_block in plan.batches.tolist():
             runs = plan.runs[run:end_run]
-            buffer = np.empty(plan.batch_blocks_of(runs) * layout.block_bytes, dtype=np.uint8)
             groups = np.array_split(np.arange(len(runs)), min(len(runs), self._threads * 2))
             started = time.perf_counter()
             futures = [self._pool.submit(self._read_runs, runs[g], buffer) for g in groups]
