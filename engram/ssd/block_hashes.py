@@ -118,6 +118,50 @@ class BlockChecks:
             got = hash_blocks(words, offsets, self.layout.block_bytes)
             self._fail(blocks[got != self.expected[blocks]])
 
+    def check_and_gather(
+        self,
+        words: np.ndarray,
+        ids: np.ndarray,
+        row_at: np.ndarray,
+        block_at: np.ndarray,
+        out: np.ndarray,
+        at: np.ndarray,
+        lo: int,
+        hi: int,
+        *,
+        remember: bool,
+    ) -> None:
+        """Copy the rows of sorted distinct ``ids[lo:hi]`` (at byte ``row_at[i]`` of
+        ``words``) to ``out[at[i]]`` (``at`` empty: ``out[i]``), checking each block
+        (the ``j``-th distinct one at byte ``block_at[j]``) just before its first row is
+        copied, in one compiled pass: a block is in the CPU's cache once, for both. On
+        a mismatch raises :class:`EngramChecksumError` (``out`` then holds rows that
+        must not be used) as :meth:`check` does."""
+        layout = self.layout
+        hashed, bad, _ = kernels.xxh3.check_and_gather(
+            words,
+            words.view(np.uint8),
+            ids,
+            row_at,
+            block_at,
+            layout.rows_per_block,
+            layout.block_bytes,
+            self.expected,
+            self.verified,
+            remember,
+            out,
+            at,
+            lo,
+            hi,
+        )
+        with self._count_lock:
+            self.checked += hashed
+        if bad:
+            # NOTE: the failure path only: hash every block of the rows to name them all.
+            blocks = np.unique(ids[lo:hi] // layout.rows_per_block)
+            got = hash_blocks(words, block_at[: blocks.size], layout.block_bytes)
+            self._fail(blocks[got != self.expected[blocks]])
+
     def forget(self) -> None:
         self.verified[:] = False
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from engram.ssd.kernels.types import FLAG, FLAGS, I64_IN, INT, U64, U64_IN
+from engram.ssd.kernels.types import FLAG, FLAGS, I64_IN, INT, ROWS, U8_IN, U64, U64_IN
 
 # NOTE: the specification's 192-byte default secret; read below as little-endian words.
 _SECRET = bytes.fromhex(
@@ -61,7 +61,6 @@ PRIME64_1 = np.uint64(0x9E3779B185EBCA87)
 PRIME_MX1 = np.uint64(0x165667919E3779F9)
 LOW32 = np.uint64(0xFFFFFFFF)
 ROUND_WORDS = 128  # 1,024 bytes: 16 stripes of 8 words
-MIN_BYTES = 241  # shorter inputs take other branches of XXH3, not implemented here
 
 
 @numba.njit
@@ -160,3 +159,73 @@ def check_blocks(
                 first_bad = block
             bad += 1
     return hashed, bad, first_bad
+
+
+@numba.njit(
+    [
+        numba.types.UniTuple(INT, 3)(
+            U64_IN,
+            U8_IN,
+            I64_IN,
+            I64_IN,
+            I64_IN,
+            INT,
+            INT,
+            U64_IN,
+            FLAGS,
+            FLAG,
+            ROWS,
+            I64_IN,
+            INT,
+            INT,
+        )
+    ],
+    nogil=True,
+    cache=True,
+)
+def check_and_gather(
+    data: np.ndarray,
+    data_bytes: np.ndarray,
+    ids: np.ndarray,
+    row_at: np.ndarray,
+    block_at: np.ndarray,
+    rows_per_block: int,
+    block_bytes: int,
+    expected: np.ndarray,
+    verified: np.ndarray,
+    remember: bool,
+    out: np.ndarray,
+    at: np.ndarray,
+    lo: int,
+    hi: int,
+) -> tuple[int, int, int]:
+    """For sorted distinct ``ids[lo:hi]``: check each one's block the first time it
+    comes up (at byte ``block_at[j]`` of ``data``, its ``j``-th distinct block counted
+    from ``ids[lo]``'s; skipped if ``remember`` and already ``verified``), then copy the
+    row at byte ``row_at[i]`` of ``data_bytes`` (the same buffer) to ``out[at[i]]``
+    (``at`` empty: ``out[i]``) while the block is still in the CPU's cache. Stops at
+    the first block that does not match. Returns (blocks hashed, mismatches, that
+    block or -1)."""
+    acc = np.empty(8, dtype=np.uint64)
+    words = block_bytes // 8
+    width = out.shape[1]
+    direct = at.size == 0
+    hashed = 0
+    current = -1
+    j = -1
+    for i in range(lo, hi):
+        block = ids[i] // rows_per_block
+        if block != current:
+            current = block
+            j += 1
+            if not (remember and verified[block]):
+                hashed += 1
+                if _hash(data, block_at[j] // 8, words, acc) != expected[block]:
+                    return hashed, 1, block
+                if remember:
+                    verified[block] = True
+        start = row_at[i]
+        row = i if direct else at[i]
+        for b in range(width):
+            out[row, b] = data_bytes[start + b]
+    return hashed, 0, -1

@@ -69,15 +69,21 @@ class DirectReader(RowReader):
             bad = np.flatnonzero(results != part[:, COUNT] * layout.block_bytes)
             if bad.size:
                 raise self._error(part, results, bad)
-            if self.checks is not None:
+            if self.checks is None:
+                kernels.plan.gather(words.view(np.uint8), plan.row_at, out, at, row, end_row)
+            else:
                 # NOTE: a private copy, fresh from the disk: checked every time.
-                self.checks.check(
+                self.checks.check_and_gather(
                     words,
-                    plan.blocks[block:end_block],
+                    ids,
+                    plan.row_at,
                     plan.block_at[block:end_block],
+                    out,
+                    at,
+                    row,
+                    end_row,
                     remember=False,
                 )
-            kernels.plan.gather(words.view(np.uint8), plan.row_at, out, at, row, end_row)
             run, row, block = end_run, end_row, end_block
 
     def warm(self, ids: np.ndarray) -> None:

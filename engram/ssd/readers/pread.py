@@ -70,13 +70,22 @@ class PreadReader(RowReader):
             for future in futures:
                 future.result()
             self.wait_seconds += time.perf_counter() - started
-            if self.checks is not None:
+            if self.checks is None:
+                kernels.plan.gather(buffer, plan.row_at, out, at, row, end_row)
+            else:
                 # NOTE: a block stays checked until the table drops its pages: this
                 # reader cannot see the kernel evict one.
-                self.checks.check(
-                    as_words(buffer), plan.blocks[block:end_block], plan.block_at[block:end_block]
+                self.checks.check_and_gather(
+                    as_words(buffer),
+                    ids,
+                    plan.row_at,
+                    plan.block_at[block:end_block],
+                    out,
+                    at,
+                    row,
+                    end_row,
+                    remember=True,
                 )
-            kernels.plan.gather(buffer, plan.row_at, out, at, row, end_row)
             run, row, block = end_run, end_row, end_block
         self.pages_requested += int(plan.runs[:, COUNT].sum()) * layout.pages_per_block
 
