@@ -5,9 +5,9 @@ strategy reads, so it is the unit checked: ``blocks.xxh3`` beside ``rows.bin`` h
 little-endian xxh3-64 hash per block (8 bytes per 4 KiB, 0.2 % of the table), written
 with each chunk; the manifest records the digest of that file. xxh3 is used because at
 4 KiB a call of the ``xxhash`` package SGLang already installs costs ~0.8 us against ~2.8
-us for ``zlib.crc32`` (13 vs 1.3 GB/s in bulk); blocks are hashed in batches by our own
-compiled XXH3 (:mod:`engram.ssd.kernels.xxh3`, equal to ``xxhash``'s bit for bit), with
-no Python call per block and without the GIL.
+us for ``zlib.crc32`` (13 vs 1.3 GB/s in bulk); blocks are hashed in batches by compiled
+loops over that package's own C function (:mod:`engram.ssd.kernels.xxh3`), with no
+Python call per block and without the GIL.
 
 A :class:`BlockChecks` belongs to one open table: it holds the expected hashes and a
 flag per block that is set once the block's bytes in memory were checked. A reader
@@ -36,24 +36,23 @@ HASHES_FILE = "blocks.xxh3"
 HASH_BYTES = 8
 
 
-def as_words(buffer: object) -> np.ndarray:
-    """A buffer of whole blocks (bytes, mmap, numpy array) as the uint64 words the hash
-    kernels read."""
-    return np.frombuffer(buffer, dtype=np.uint64)  # type: ignore[call-overload]
+def as_bytes(buffer: object) -> np.ndarray:
+    """A buffer (bytes, mmap, numpy array) as the uint8 array the hash kernels read."""
+    return np.frombuffer(buffer, dtype=np.uint8)  # type: ignore[call-overload]
 
 
-def hash_blocks(words: np.ndarray, offsets: np.ndarray, block_bytes: int) -> np.ndarray:
+def hash_blocks(data: np.ndarray, offsets: np.ndarray, block_bytes: int) -> np.ndarray:
     """xxh3-64 of the ``block_bytes`` bytes at each byte offset in ``offsets`` of
-    ``words`` (:func:`as_words`)."""
+    ``data`` (uint8, :func:`as_bytes`)."""
     out = np.empty(offsets.size, dtype=np.uint64)
-    kernels.xxh3.hash_blocks(words, offsets.astype(np.int64, copy=False), block_bytes, out)
+    kernels.xxh3.hash_blocks(data, offsets.astype(np.int64, copy=False), block_bytes, out)
     return out
 
 
 def chunk_hashes(chunk: bytes, block_bytes: int) -> np.ndarray:
     """Hashes of the consecutive blocks of one chunk's bytes."""
     offsets = np.arange(0, len(chunk), block_bytes, dtype=np.int64)
-    return hash_blocks(as_words(chunk), offsets, block_bytes)
+    return hash_blocks(as_bytes(chunk), offsets, block_bytes)
 
 
 def digest_of(hashes: np.ndarray) -> str:
@@ -92,18 +91,18 @@ class BlockChecks:
         self._count_lock = threading.Lock()  # readers check from several threads
 
     def check(
-        self, words: np.ndarray, blocks: np.ndarray, offsets: np.ndarray, *, remember: bool = True
+        self, data: np.ndarray, blocks: np.ndarray, offsets: np.ndarray, *, remember: bool = True
     ) -> None:
-        """Check distinct ``blocks`` (their bytes at byte ``offsets`` of ``words``,
-        :func:`as_words`) against their hashes, in one compiled call without the GIL.
+        """Check distinct ``blocks`` (their bytes at byte ``offsets`` of ``data``,
+        :func:`as_bytes`) against their hashes, in one compiled call without the GIL.
         With ``remember`` (the page cache's copy), blocks checked before are skipped and
         the ones that match are flagged; without (a private copy, checked each time it
         is read) every block is hashed. Raises :class:`EngramChecksumError` naming the
         first block that does not match."""
         if blocks.size == 0:
             return
-        hashed, bad, _ = kernels.xxh3.check_blocks(
-            words,
+        hashed, bad = kernels.xxh3.check_blocks(
+            data,
             blocks,
             offsets,
             self.layout.block_bytes,
@@ -115,12 +114,12 @@ class BlockChecks:
             self.checked += hashed
         if bad:
             # NOTE: the failure path only: hash again to name every damaged block.
-            got = hash_blocks(words, offsets, self.layout.block_bytes)
+            got = hash_blocks(data, offsets, self.layout.block_bytes)
             self._fail(blocks[got != self.expected[blocks]])
 
     def check_and_gather(
         self,
-        words: np.ndarray,
+        data: np.ndarray,
         ids: np.ndarray,
         row_at: np.ndarray,
         block_at: np.ndarray,
@@ -132,15 +131,14 @@ class BlockChecks:
         remember: bool,
     ) -> None:
         """Copy the rows of sorted distinct ``ids[lo:hi]`` (at byte ``row_at[i]`` of
-        ``words``) to ``out[at[i]]`` (``at`` empty: ``out[i]``), checking each block
+        ``data``) to ``out[at[i]]`` (``at`` empty: ``out[i]``), checking each block
         (the ``j``-th distinct one at byte ``block_at[j]``) just before its first row is
         copied, in one compiled pass: a block is in the CPU's cache once, for both. On
         a mismatch raises :class:`EngramChecksumError` (``out`` then holds rows that
         must not be used) as :meth:`check` does."""
         layout = self.layout
-        hashed, bad, _ = kernels.xxh3.check_and_gather(
-            words,
-            words.view(np.uint8),
+        hashed, bad = kernels.xxh3.check_and_gather(
+            data,
             ids,
             row_at,
             block_at,
@@ -159,7 +157,7 @@ class BlockChecks:
         if bad:
             # NOTE: the failure path only: hash every block of the rows to name them all.
             blocks = np.unique(ids[lo:hi] // layout.rows_per_block)
-            got = hash_blocks(words, block_at[: blocks.size], layout.block_bytes)
+            got = hash_blocks(data, block_at[: blocks.size], layout.block_bytes)
             self._fail(blocks[got != self.expected[blocks]])
 
     def forget(self) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from engram.errors import EngramTableError
 from engram.files import atomic_write
-from engram.ssd.block_hashes import BlockChecks, as_words, read_hashes
+from engram.ssd.block_hashes import BlockChecks, as_bytes, read_hashes
 from engram.ssd.faults import EngramChecksumError
 from engram.ssd.manifest import TableManifest
 
@@ -69,7 +69,7 @@ def _check_chunk(fd: int, checks: BlockChecks, index: int) -> None:
         count = len(buf) // layout.block_bytes
         blocks = first_block + piece // layout.block_bytes + np.arange(count)
         checks.check(
-            as_words(buf[: count * layout.block_bytes]),
+            as_bytes(buf),
             blocks,
             np.arange(count) * layout.block_bytes,
         )

@@ -12,24 +12,26 @@ import torch
 import xxhash
 
 from engram.ssd import kernels
-from engram.ssd.block_hashes import as_words, chunk_hashes
+from engram.ssd.block_hashes import chunk_hashes
+from engram.ssd.integrity import verify_table
 from engram.ssd.kernels.constants import COUNT, END_BLOCK, END_ROW, END_RUN, FIRST, SLOT
 from engram.ssd.layout import DiskLayout
+from engram.ssd.manifest import TableManifest
 from engram.ssd.readers import reader_names
+from engram.ssd.readers.mapped import MappedReader
 from engram.ssd.readers.planning import ReadPlan
 from engram.ssd.row_cache import RowCache
 from engram.tables import create_table
 from test.ssd.helpers import random_table
 
 
-def test_xxh3_equals_the_xxhash_package() -> None:
+def test_block_hashes_equal_the_xxhash_package() -> None:
     rng = np.random.default_rng()
     data = np.frombuffer(rng.bytes(64 << 10), dtype=np.uint8)
-    # 248 is the shortest input on this branch; 1,024 and 1,032 straddle a round.
-    for length in (248, 256, 1016, 1024, 1032, 2048, 4096, 8192, 12288):
-        offsets = np.sort(rng.choice((data.size - length) // 8, 16, replace=False)) * 8
+    for length in (1, 17, 240, 241, 1024, 4096, 8192, 12288):
+        offsets = np.sort(rng.choice(data.size - length, 16, replace=False))  # any alignment
         got = np.empty(offsets.size, dtype=np.uint64)
-        kernels.xxh3.hash_blocks(as_words(data), offsets, length, got)
+        kernels.xxh3.hash_blocks(data, offsets, length, got)
         want = [xxhash.xxh3_64_intdigest(data[o : o + length].tobytes()) for o in offsets]
         assert got.tolist() == want, length
     chunk = rng.bytes(4096 * 5)
@@ -109,6 +111,31 @@ def test_a_plan_skips_blocks_in_memory_and_can_give_file_offsets() -> None:
     assert np.array_equal(plan.row_at, layout.row_offsets(ids))
     assert plan.b <= 4 and plan.batches[-1, END_ROW] == ids.size
     assert plan.batches[-1, END_BLOCK] == needed.size
+
+
+def test_a_cold_read_in_many_slices_gives_every_row_checked(tmp_path: Path) -> None:
+    """The mmap reader waits for a read a slice at a time with later slices in flight:
+    with 16 KiB slices a read of thousands of rows takes dozens of them."""
+    weight, scale = random_table(30_000, 256)
+    create_table("ssd", weight, scale, path=tmp_path / "t").close()
+    manifest = TableManifest.load(tmp_path / "t")
+    layout = manifest.layout
+    checks = verify_table(tmp_path / "t", manifest)
+    reader = MappedReader(
+        tmp_path / "t" / "rows.bin", layout, checks=checks, slice_bytes=4 * layout.block_bytes
+    )
+    file = np.fromfile(tmp_path / "t" / "rows.bin", dtype=np.uint8)
+    rows = file.reshape(layout.num_blocks, -1)[:, : layout.rows_per_block * layout.row_bytes]
+    rows = rows.reshape(-1, layout.row_bytes)
+    reader.drop_page_cache()
+    ids = np.unique(np.random.default_rng().integers(0, 30_000, 5_000))
+    out = np.zeros((ids.size, layout.row_bytes), dtype=np.uint8)
+    before = checks.checked
+    reader.read_rows(ids, out)
+    assert reader._plan().b > 30
+    assert np.array_equal(out, rows[ids])
+    assert checks.checked - before == np.unique(ids // layout.rows_per_block).size
+    reader.close()
 
 
 def test_ram_cache_is_lru_within_each_set() -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from engram.ssd import kernels
 from engram.ssd.aio import AioContext
-from engram.ssd.block_hashes import BlockChecks, as_words
+from engram.ssd.block_hashes import BlockChecks, as_bytes
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import PAGE_BYTES, DiskLayout
 from engram.ssd.readers.base import ALL_ROWS, RowReader
@@ -57,24 +57,24 @@ class DirectReader(RowReader):
         plan = self._plan().make(ids)
         runs = plan.runs
         self.pages_requested += int(runs[:, COUNT].sum()) * layout.pages_per_block
-        words = as_words(self._buffer(plan.buffer_blocks() * layout.block_bytes))
+        data = as_bytes(self._buffer(plan.buffer_blocks() * layout.block_bytes))
         run = row = block = 0
         for end_run, end_row, end_block in plan.batches.tolist():
             part = runs[run:end_run]
             started = time.perf_counter()
             results = self._context().read_runs(
-                self._direct, words.ctypes.data, part, layout.block_bytes
+                self._direct, data.ctypes.data, part, layout.block_bytes
             )
             self.wait_seconds += time.perf_counter() - started
             bad = np.flatnonzero(results != part[:, COUNT] * layout.block_bytes)
             if bad.size:
                 raise self._error(part, results, bad)
             if self.checks is None:
-                kernels.plan.gather(words.view(np.uint8), plan.row_at, out, at, row, end_row)
+                kernels.plan.gather(data, plan.row_at, out, at, row, end_row)
             else:
                 # NOTE: a private copy, fresh from the disk: checked every time.
                 self.checks.check_and_gather(
-                    words,
+                    data,
                     ids,
                     plan.row_at,
                     plan.block_at[block:end_block],

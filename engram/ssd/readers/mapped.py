@@ -1,11 +1,14 @@
 """``mmap``: gather rows from a read-only mapping, faulting cold pages in first.
 
 Per lookup, the blocks of the ids that the residency map does not know to be in the
-page cache are grouped into runs; ``MADV_WILLNEED`` on all runs submits their reads at
-once (a deep queue without threads). ``MADV_POPULATE_READ`` then waits for the runs a
-slice at a time and maps them, *returning* an error where a memory access would have
-raised SIGBUS, and one compiled gather per slice copies its rows out while the later
-slices are still being read. Both advices reach the kernel 1,024 runs per system call
+page cache are grouped into runs, and the runs into slices of about ``SLICE_BYTES``
+(a decode step's read is one slice). ``MADV_WILLNEED`` on a slice's runs submits their
+reads at once (a deep queue without threads), ``AHEAD_SLICES`` slices ahead of the
+slice being waited for: ``MADV_POPULATE_READ`` waits for the runs of one slice and maps
+them, *returning* an error where a memory access would have raised SIGBUS, and one
+compiled gather copies the slice's rows out while the later slices are still being
+read, so the disk is never idle while the CPU checks and copies, nor flooded with a
+whole prefill's reads at once. Both advices reach the kernel 1,024 runs per system call
 (``process_madvise``). Where a 1 MiB window of the file needs many blocks, the whole
 window is read (sequential bandwidth beats one request per page there). Blocks already
 in the page cache cost no system call at all (:mod:`engram.ssd.readers.residency`).
@@ -29,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from engram.ssd import kernels
-from engram.ssd.block_hashes import BlockChecks, as_words
+from engram.ssd.block_hashes import BlockChecks, as_bytes
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import PAGE_BYTES, DiskLayout
 from engram.ssd.readers.base import ALL_ROWS, RowReader
@@ -48,20 +51,30 @@ from engram.ssd.sysmem import (
 # 128 KiB), and POPULATE_READ would then read the rest one page at a time; so every
 # advised range is cut to at most this.
 MAX_ADVICE_BYTES = 128 << 10
-PIPELINE_STEPS = 8
+# A read is waited for a slice of about SLICE_BYTES at a time, with the next
+# AHEAD_SLICES slices' reads in flight meanwhile (a decode step's read is one slice).
+SLICE_BYTES = 16 << 20
+AHEAD_SLICES = 4
 THREAD_CHECK_BLOCKS = 1024  # slices with fewer blocks to check are checked inline
 
 
 class MappedReader(RowReader):
     name = "mmap"
 
-    def __init__(self, path: Path, layout: DiskLayout, *, checks: BlockChecks | None = None):
+    def __init__(
+        self,
+        path: Path,
+        layout: DiskLayout,
+        *,
+        checks: BlockChecks | None = None,
+        slice_bytes: int = SLICE_BYTES,
+    ):
         super().__init__(path, layout, checks=checks)
+        self._slice_bytes = slice_bytes
         self._mm: mmap.mmap | None = mmap.mmap(self.fd, layout.file_bytes, access=mmap.ACCESS_READ)
         self._mm.madvise(mmap.MADV_RANDOM)
-        self._words: np.ndarray | None = as_words(self._mm)
-        self._bytes: np.ndarray | None = self._words.view(np.uint8)
-        self._base = self._words.ctypes.data
+        self._bytes: np.ndarray | None = as_bytes(self._mm)
+        self._base = self._bytes.ctypes.data
         self._advisor = RangeAdvisor()
         self._populate = supports(self._base, MADV_POPULATE_READ)
         self.residency = ResidencyMap(
@@ -74,10 +87,7 @@ class MappedReader(RowReader):
 
     def _new_plan(self) -> ReadPlan:
         return ReadPlan(
-            self.layout,
-            max_run_bytes=MAX_ADVICE_BYTES,
-            pieces=PIPELINE_STEPS,
-            in_file=True,
+            self.layout, max_run_bytes=MAX_ADVICE_BYTES, batch_bytes=self._slice_bytes, in_file=True
         )
 
     def read_rows(self, ids: np.ndarray, out: np.ndarray, at: np.ndarray = ALL_ROWS) -> None:
@@ -94,19 +104,29 @@ class MappedReader(RowReader):
             )
         if ids.size == 0:
             return
-        plan, iov = self._submit(ids)
+        plan, iov = self._plan_reads(ids)
         assert self._bytes is not None, "reader is closed"
         if plan.r == 0 or not self._populate:
+            if plan.r:  # kernels before 5.14: the gather faults them in
+                self._advise(plan.runs, iov, MADV_WILLNEED)
+                kernels.plan.mark_runs(self.residency.resident, plan.runs)
             self._check(plan.blocks, plan.block_at)
             kernels.plan.gather(self._bytes, plan.row_at, out, at, 0, plan.size)
             return
-        # Wait for (and map) the runs a slice at a time, copying out the rows below each
-        # slice's end while the reads of the later slices are in flight. A slice's blocks
-        # are checked on the checker thread while this one waits for the next slice
-        # (neither holds the GIL meanwhile); its rows are copied once that is done.
+        # Wait for (and map) the runs a slice at a time, with the reads of the next
+        # AHEAD_SLICES slices in flight (MADV_WILLNEED), copying out the rows of the
+        # slice before. A slice's blocks are checked on the checker thread while this
+        # one waits for the next slice (neither holds the GIL meanwhile); its rows are
+        # copied once that is done.
+        slices = plan.batches.tolist()
+        advised = 0  # runs advised so far
         run = row = block = 0
         pending: tuple[Future | None, int, int] | None = None
-        for end_run, end_row, end_block in plan.batches.tolist():
+        for index, (end_run, end_row, end_block) in enumerate(slices):
+            ahead = slices[min(index + AHEAD_SLICES, len(slices) - 1)][0]
+            if ahead > advised:
+                self._advise(plan.runs[advised:ahead], iov[advised:ahead], MADV_WILLNEED)
+                advised = ahead
             self._advise(plan.runs[run:end_run], iov[run:end_run], MADV_POPULATE_READ)
             kernels.plan.mark_runs(self.residency.resident, plan.runs[run:end_run])
             check = self._check_later(plan.blocks[block:end_block], plan.block_at[block:end_block])
@@ -143,21 +163,24 @@ class MappedReader(RowReader):
 
     def warm(self, ids: np.ndarray) -> None:
         """Fault the blocks of ``ids`` in (reading them from disk where needed)."""
-        plan, iov = self._submit(ids)
-        if plan.r and self._populate:
-            self._advise(plan.runs, iov, MADV_POPULATE_READ)
+        plan, iov = self._plan_reads(ids)
+        if plan.r:
+            self._advise(plan.runs, iov, MADV_WILLNEED)
+            if self._populate:
+                self._advise(plan.runs, iov, MADV_POPULATE_READ)
             kernels.plan.mark_runs(self.residency.resident, plan.runs)
-            self._check(plan.blocks, plan.block_at)
+            if self._populate:
+                self._check(plan.blocks, plan.block_at)
 
     def _check(self, blocks: np.ndarray, offsets: np.ndarray) -> None:
         """Hash ``blocks`` (distinct, in memory now) that are not checked yet."""
         if blocks.size and self.checks is not None:
-            assert self._words is not None, "reader is closed"
-            self.checks.check(self._words, blocks, offsets)
+            assert self._bytes is not None, "reader is closed"
+            self.checks.check(self._bytes, blocks, offsets)
 
-    def _submit(self, ids: np.ndarray) -> tuple[ReadPlan, np.ndarray]:
-        """Plan the read of ``ids`` and start reading the blocks not known to be
-        resident (MADV_WILLNEED); return the plan and its runs' address ranges."""
+    def _plan_reads(self, ids: np.ndarray) -> tuple[ReadPlan, np.ndarray]:
+        """The plan of reading ``ids`` (runs of the blocks not known to be resident) and
+        its runs' address ranges."""
         plan = self._plan().make(ids, self.residency.resident)
         if plan.r == 0:
             return plan, _NO_RANGES
@@ -165,10 +188,7 @@ class MappedReader(RowReader):
         kernels.plan.address_ranges(
             plan.runs, self._base, self.layout.block_bytes, mmap.PAGESIZE, iov
         )
-        self._advise(plan.runs, iov, MADV_WILLNEED)
         self.pages_requested += int(plan.runs[:, COUNT].sum()) * self.layout.pages_per_block
-        if not self._populate:  # kernels before 5.14: the gather faults them in
-            kernels.plan.mark_runs(self.residency.resident, plan.runs)
         return plan, iov
 
     def _ranges(self, n: int) -> np.ndarray:
@@ -197,7 +217,7 @@ class MappedReader(RowReader):
             self.residency.stop()
             if self._checker is not None:
                 self._checker.shutdown(wait=True)
-            self._words = self._bytes = None  # drop the last views so the mapping can close
+            self._bytes = None  # drop the last view so the mapping can close
             try:
                 self._mm.close()
             except BufferError:

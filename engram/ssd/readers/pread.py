@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from engram.ssd import kernels
-from engram.ssd.block_hashes import BlockChecks, as_words
+from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import DiskLayout
 from engram.ssd.readers.base import ALL_ROWS, RowReader
@@ -76,7 +76,7 @@ class PreadReader(RowReader):
                 # NOTE: a block stays checked until the table drops its pages: this
                 # reader cannot see the kernel evict one.
                 self.checks.check_and_gather(
-                    as_words(buffer),
+                    buffer,
                     ids,
                     plan.row_at,
                     plan.block_at[block:end_block],
