@@ -97,12 +97,12 @@ class AioContext:
         self._events = np.zeros(room, EVENT)
         self._results = np.empty(room, dtype=np.int64)
         self._room = room
+        self._n = self._submitted = self._reaped = 0
 
-    def read_runs(self, fd: int, base: int, runs: np.ndarray, block_bytes: int) -> np.ndarray:
-        """Read each run ``(first block, count, slot)`` of ``runs`` (int64 ``[n, 3]``)
-        from ``fd`` into the buffer at address ``base``, ``slot`` blocks in, all in
-        flight together (``depth`` at a time); returns each read's result in order
-        (valid until the next call): bytes read, or ``-errno``."""
+    def start(self, fd: int, base: int, runs: np.ndarray, block_bytes: int) -> None:
+        """Start reading each run ``(first block, count, slot)`` of ``runs`` (int64
+        ``[n, 3]``) from ``fd`` into the buffer at address ``base``, ``slot`` blocks in
+        (``depth`` in flight at a time); :meth:`finish` waits for them."""
         n = len(runs)
         self._reserve(n)
         iocbs = self._iocbs[:n]
@@ -111,33 +111,54 @@ class AioContext:
         iocbs["buf"] += np.uint64(base)
         np.multiply(runs[:, 1], block_bytes, out=iocbs["nbytes"], casting="unsafe")
         np.multiply(runs[:, 0], block_bytes, out=iocbs["offset"])
-        events = self._events
-        submitted = reaped = 0
+        self._n, self._submitted, self._reaped = n, 0, 0
+        self._submit()
+
+    def finish(self) -> np.ndarray:
+        """Wait for the reads :meth:`start` began; returns each read's result in order
+        (valid until the next start): bytes read, or ``-errno``."""
+        n = self._n
         try:
-            while reaped < n:
-                room = min(n - submitted, self.depth - (submitted - reaped))
-                if room:
-                    where = ctypes.c_void_p(self._pointers.ctypes.data + submitted * 8)
-                    try:
-                        submitted += _call("io_submit", self._ctx, ctypes.c_long(room), where)
-                    except OSError as err:
-                        if err.errno != errno.EAGAIN or submitted == reaped:
-                            raise
+            while self._reaped < n:
                 # NOTE: once all are in flight, one call sleeps until all are done.
-                least = submitted - reaped if submitted == n else 1
-                reaped += self._reap(reaped, submitted - reaped, least)
+                all_in = self._submitted == n
+                self._reap(self._submitted - self._reaped if all_in else 1)
+                self._submit()
         finally:
-            # NOTE: reads still in flight write into the caller's buffers: never return
-            # (or raise) before the kernel is done with them.
-            while reaped < submitted:
-                reaped += self._reap(reaped, submitted - reaped, submitted - reaped)
+            self.drain()
         results = self._results[:n]
-        results[events["data"][:n]] = events["res"][:n]
+        results[self._events["data"][:n]] = self._events["res"][:n]
         return results
 
-    def _reap(self, start: int, most: int, least: int) -> int:
-        out = ctypes.c_void_p(self._events.ctypes.data + start * EVENT.itemsize)
-        return _call(
+    def drain(self) -> None:
+        """Wait for every read in flight (and submit no more).
+
+        NOTE: reads in flight write into the caller's buffers: never let a buffer go (or
+        an error out) before the kernel is done with them."""
+        while self._reaped < self._submitted:
+            self._reap(self._submitted - self._reaped)
+        self._n = self._submitted
+
+    def read_runs(self, fd: int, base: int, runs: np.ndarray, block_bytes: int) -> np.ndarray:
+        """:meth:`start` then :meth:`finish`."""
+        self.start(fd, base, runs, block_bytes)
+        return self.finish()
+
+    def _submit(self) -> None:
+        room = min(self._n - self._submitted, self.depth - (self._submitted - self._reaped))
+        if room <= 0:
+            return
+        where = ctypes.c_void_p(self._pointers.ctypes.data + self._submitted * 8)
+        try:
+            self._submitted += _call("io_submit", self._ctx, ctypes.c_long(room), where)
+        except OSError as err:
+            if err.errno != errno.EAGAIN or self._submitted == self._reaped:
+                raise
+
+    def _reap(self, least: int) -> None:
+        most = self._submitted - self._reaped
+        out = ctypes.c_void_p(self._events.ctypes.data + self._reaped * EVENT.itemsize)
+        self._reaped += _call(
             "io_getevents", self._ctx, ctypes.c_long(least), ctypes.c_long(most), out, None
         )
 

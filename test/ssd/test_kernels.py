@@ -18,6 +18,7 @@ from engram.ssd.kernels.constants import COUNT, END_BLOCK, END_ROW, END_RUN, FIR
 from engram.ssd.layout import DiskLayout
 from engram.ssd.manifest import TableManifest
 from engram.ssd.readers import reader_names
+from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
 from engram.ssd.readers.planning import ReadPlan
 from engram.ssd.row_cache import RowCache
@@ -113,27 +114,30 @@ def test_a_plan_skips_blocks_in_memory_and_can_give_file_offsets() -> None:
     assert plan.batches[-1, END_BLOCK] == needed.size
 
 
-def test_a_cold_read_in_many_slices_gives_every_row_checked(tmp_path: Path) -> None:
-    """The mmap reader waits for a read a slice at a time with later slices in flight:
-    with 16 KiB slices a read of thousands of rows takes dozens of them."""
+@pytest.mark.parametrize("reader_class", [MappedReader, DirectReader])
+def test_a_cold_read_in_many_slices_gives_every_row_checked(tmp_path: Path, reader_class) -> None:
+    """Readers wait for a large read a slice (mmap) or batch (direct) at a time, with the
+    next ones in flight meanwhile: with 16 KiB slices a read of thousands of rows takes
+    dozens of them."""
     weight, scale = random_table(30_000, 256)
     create_table("ssd", weight, scale, path=tmp_path / "t").close()
     manifest = TableManifest.load(tmp_path / "t")
     layout = manifest.layout
     checks = verify_table(tmp_path / "t", manifest)
-    reader = MappedReader(
-        tmp_path / "t" / "rows.bin", layout, checks=checks, slice_bytes=4 * layout.block_bytes
-    )
+    small = 4 * layout.block_bytes
+    size = {"slice_bytes": small} if reader_class is MappedReader else {"batch_bytes": small}
+    reader = reader_class(tmp_path / "t" / "rows.bin", layout, checks=checks, **size)
     file = np.fromfile(tmp_path / "t" / "rows.bin", dtype=np.uint8)
     rows = file.reshape(layout.num_blocks, -1)[:, : layout.rows_per_block * layout.row_bytes]
     rows = rows.reshape(-1, layout.row_bytes)
     reader.drop_page_cache()
     ids = np.unique(np.random.default_rng().integers(0, 30_000, 5_000))
     out = np.zeros((ids.size, layout.row_bytes), dtype=np.uint8)
+    at = np.random.default_rng().permutation(ids.size)  # rows to places of the caller's
     before = checks.checked
-    reader.read_rows(ids, out)
+    reader.read_rows(ids, out, at)
     assert reader._plan().b > 30
-    assert np.array_equal(out, rows[ids])
+    assert np.array_equal(out[at], rows[ids])
     assert checks.checked - before == np.unique(ids // layout.rows_per_block).size
     reader.close()
 
