@@ -12,9 +12,14 @@ rows, duplicates included; median of the repeats):
   hash the first time it is read, gather into staging) with the file in the page cache
   / evicted before each run (unmapped, fadvise DONTNEED, and mincore checked: under 1 %
   resident; the blocks' checks are then due again); ``--compare-checks`` also measures
-  the same strategy without the checks, in the same runs, taking turns;
+  the same strategy without the checks, in the same runs, taking turns. Warm, each
+  batch is looked up twice: ``ssd_warm_first`` is the first time (the file is in the
+  page cache but the tier never read these blocks: their checks are due and their
+  pages not yet mapped), ``ssd_warm`` the second (a tier that has served these rows
+  before: what "every row in memory" means to it);
 - ``naive_warm`` / ``naive_cold``: ids -> ``np.unique`` -> fancy indexing of a fresh
-  ``np.memmap`` -> copy into a staging tensor (the public vLLM fork's path).
+  ``np.memmap`` -> copy into a staging tensor (the public vLLM fork's path), warm also
+  twice (``naive_warm_first``: its pages not yet mapped).
 
 Every method ends at the same point: the distinct packed FP8 rows in host memory plus
 the inverse index, ready for the device copy. Dequantisation (on the device, identical
@@ -22,11 +27,16 @@ for every tier) is left out. ``prefetch_exposed_ratio``: with ``table.prefetch``
 at admission and a simulated compute window as long as the un-prefetched cold lookup,
 the lookup time still exposed after the window, over the un-prefetched time (prefill);
 ``decode_prefetch_exposed_ratio`` the same for decode steps prefetched one step ahead.
+``steps`` (``--step-rows``, :mod:`lookup_steps`): the host work of decode-step lookups of
+384, 3,072 and 18,432 rows beyond the disk wait, as a server reads them (direct I/O, RAM
+cache 1/16 of the table), per row and split into a fixed and a per-row cost.
 
 The last line of output is JSON:
 ``{"prefill": {...}, "decode": {...}, "prefetch_exposed_ratio": x,
-"cold_resident_fraction": y, ...}``. Example: ``python benchmark/bench_lookup.py
---table-gib 1``.
+"cold_resident_fraction": y, "steps": {...}, ...}``. The issue-23 figures (decode
+ssd_warm / dram, host us per row at 384 and 18,432 rows, prefill cold ssd / naive, block
+checks on / off) in one run: ``python benchmark/bench_lookup.py --table-gib 1
+--compare-checks``.
 """
 
 from __future__ import annotations
@@ -42,62 +52,17 @@ from typing import Any
 import numpy as np
 import torch
 from lookup_baselines import AnonPeak, DramChild, NaivePath
+from lookup_steps import STEP_ROWS, measure_steps, report_steps
+from lookup_workload import COLUMNS, build_table, zipf_batches
 
-from engram.files import GIB, MIB
-from engram.ssd.ensure import ensure_table
-from engram.ssd.layout import DiskLayout
+from engram.files import MIB
 from engram.ssd.manifest import TableManifest
 from engram.ssd.readers import DEFAULT_READER, reader_names
 from engram.tables import TableOptions
 from engram.tables.ssd import SsdTable
 
-COLUMNS = 48
 UNCHECKED = "ssd:unchecked"
 BATCHES = {"decode": 64, "prefill": 8192}  # tokens per batch
-
-
-class SyntheticRows:
-    """Random valid FP8 rows (no NaN bytes), generated chunk by chunk."""
-
-    def __init__(self, num_rows: int, head_dim: int = 256):
-        self.num_rows, self.head_dim = num_rows, head_dim
-
-    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        rng = np.random.default_rng(start)
-        rows = stop - start
-        # Clearing bit 3 keeps the e4m3 exponent below 15, so no byte is a NaN.
-        weight = np.frombuffer(rng.bytes(rows * self.head_dim), dtype=np.uint8) & 0xF7
-        scale = (np.frombuffer(rng.bytes(rows * self.head_dim // 32), dtype=np.uint8) & 7) + 124
-        return weight.reshape(rows, -1), scale.reshape(rows, -1)
-
-    def identity(self) -> dict[str, Any]:
-        return {"kind": "synthetic", "rows": self.num_rows, "head_dim": self.head_dim}
-
-
-def build_table(directory: Path, gib: float) -> Path:
-    probe = DiskLayout(1, 256)
-    rows = int(gib * GIB) // probe.block_bytes * probe.rows_per_block
-    source = SyntheticRows(rows)
-    final = directory / "table"
-    start = time.perf_counter()
-    ensure_table(final, source, chunk_bytes=16 * MIB)
-    print(f"built a {gib:g} GiB table ({rows:,} rows) in {time.perf_counter() - start:.1f} s")
-    return final
-
-
-def zipf_batches(num_rows: int, tokens: int, count: int, a: float) -> list[np.ndarray]:
-    """``count`` batches of ``tokens x 48`` row ids from Zipf-distributed n-grams."""
-    rng = np.random.default_rng()
-    span = num_rows // COLUMNS
-    cols = np.arange(COLUMNS, dtype=np.uint64)
-    mult = rng.integers(1, 1 << 62, COLUMNS, dtype=np.uint64) | np.uint64(1)
-    out = []
-    for _ in range(count):
-        ngrams = rng.zipf(a, (tokens, COLUMNS)).astype(np.uint64)
-        with np.errstate(over="ignore"):
-            mixed = (ngrams * mult + cols * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(3)
-        out.append(((mixed % np.uint64(span)) + cols * np.uint64(span)).astype(np.int64).ravel())
-    return out
 
 
 # ---- the methods ---------------------------------------------------------------------
@@ -141,6 +106,8 @@ def measure(
     seconds: dict[str, list[float]] = {}
     for i in range(len(runs)):
         for name in warm if i % 2 == 0 else list(warm)[::-1]:
+            if name != "dram":  # NOTE: its table is in its own memory, touched at load
+                seconds.setdefault(f"{name}_warm_first", []).append(warm[name](i))
             seconds.setdefault(f"{name}_warm", []).append(warm[name](i))
     resident = 0.0
     for i in range(cold_runs):
@@ -217,6 +184,14 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     held = max(held, decode_held) + others_held
     chosen.close()
     anon = peak.stop()
+    steps = None
+    if args.step_rows:
+        warm = zipf_batches(num_rows, 2048, 4, args.zipf)
+        runs = {
+            n: zipf_batches(num_rows, n // COLUMNS, args.step_repeats, args.zipf)
+            for n in args.step_rows
+        }
+        steps = measure_steps(table_dir, manifest, warm, runs)
     result: dict[str, Any] = {}
     for kind in BATCHES:
         got = measured[kind]
@@ -226,6 +201,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "ssd_cold": got[f"ssd:{args.read}_cold"],
             "naive_warm": got["naive_warm"],
             "naive_cold": got["naive_cold"],
+            "ssd_warm_first": got[f"ssd:{args.read}_warm_first"],
+            "naive_warm_first": got["naive_warm_first"],
         }
     result["prefetch_exposed_ratio"] = ratio
     result["decode_prefetch_exposed_ratio"] = decode_ratio
@@ -235,10 +212,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     result["unique_fraction"] = {k: np.unique(b[0]).size / b[0].size for k, b in batches.items()}
     result["peak_rss_anon_mib"] = anon / MIB
     result["staging_cache_mib"] = held / MIB
+    if steps is not None:
+        result["steps"] = steps
     if args.compare_checks:
         result["unchecked"] = {
             k: {
                 "ssd_warm": measured[k][f"{UNCHECKED}_warm"],
+                "ssd_warm_first": measured[k][f"{UNCHECKED}_warm_first"],
                 "ssd_cold": measured[k][f"{UNCHECKED}_cold"],
             }
             for k in BATCHES
@@ -258,19 +238,34 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> None:
-    methods = ["dram", "ssd_warm", "ssd_cold", "naive_warm", "naive_cold"]
-    print(f"\n{'batch':8} " + " ".join(f"{m:>12}" for m in methods) + "   (rows/s)")
+    methods = [
+        "dram",
+        "ssd_warm",
+        "ssd_warm_first",
+        "ssd_cold",
+        "naive_warm",
+        "naive_warm_first",
+        "naive_cold",
+    ]
+    print(f"\n{'batch':8} " + " ".join(f"{m:>16}" for m in methods) + "   (rows/s)")
     for kind in BATCHES:
-        print(f"{kind:8} " + " ".join(f"{result[kind][m]:12,.0f}" for m in methods))
+        print(f"{kind:8} " + " ".join(f"{result[kind][m]:16,.0f}" for m in methods))
     for name, values in result.get("readers", {}).items():
         for kind in BATCHES:
             warm, cold = values[kind]["ssd_warm"], values[kind]["ssd_cold"]
             print(f"  reader {name:6} {kind:8} warm {warm:12,.0f}  cold {cold:12,.0f}")
     for kind, values in result.get("unchecked", {}).items():
-        warm, cold = values["ssd_warm"], values["ssd_cold"]
-        print(f"  no block checks {kind:8} warm {warm:12,.0f}  cold {cold:12,.0f}")
+        warm, first, cold = values["ssd_warm"], values["ssd_warm_first"], values["ssd_cold"]
+        print(
+            f"  no block checks {kind:8} warm {warm:12,.0f}  warm first {first:12,.0f}"
+            f"  cold {cold:12,.0f}"
+        )
+    if "steps" in result:
+        report_steps(result["steps"])
     pre, dec = result["prefill"], result["decode"]
     checks = [
+        ("decode ssd_warm / dram", dec["ssd_warm"] / dec["dram"], ">= 0.9"),
+        ("decode ssd_warm_first / dram", dec["ssd_warm_first"] / dec["dram"], "-"),
         ("prefill ssd_warm / dram", pre["ssd_warm"] / pre["dram"], ">= 0.8"),
         ("decode ssd_cold / naive_cold", dec["ssd_cold"] / dec["naive_cold"], ">= 3"),
         ("prefill ssd_cold / naive_cold", pre["ssd_cold"] / pre["naive_cold"], ">= 1"),
@@ -281,6 +276,9 @@ def report(result: dict[str, Any]) -> None:
     for kind, values in result.get("unchecked", {}).items():
         ratio = result[kind]["ssd_cold"] / values["ssd_cold"]
         checks.append((f"{kind} ssd_cold checked / unchecked", ratio, ">= 0.95"))
+    for size, got in result.get("steps", {}).get("sizes", {}).items():
+        target = "<= 2" if int(size) >= 18432 else "-"
+        checks.append((f"host us/row, {int(size):,}-row step", got["host_us_per_row"], target))
     print()
     for name, value, target in checks:
         print(f"{name:32} {value:8.3f}   target {target}")
@@ -319,6 +317,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="batches per kind (warm runs)")
     parser.add_argument("--cold-repeats", type=int, default=3, help="cold runs per kind")
     parser.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the n-grams")
+    parser.add_argument(
+        "--step-rows",
+        type=lambda text: [int(v) for v in text.split(",") if v],
+        default=list(STEP_ROWS),
+        help="rows per decode-step lookup for the host-cost figures (comma-separated; "
+        "empty: skip them)",
+    )
+    parser.add_argument("--step-repeats", type=int, default=15, help="lookups per step size")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="engram-bench-") as work:
         report(run(args, Path(work)))

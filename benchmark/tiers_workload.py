@@ -28,7 +28,6 @@ from engram.model.config import TinyEngramConfig
 from engram.model.corpus import split_documents, stdlib_documents
 from engram.model.tokenizer import load_tokenizer
 from engram.ssd.row_cache import RowCache
-from engram.ssd.set_assoc import SetAssociativeIndex
 from engram.token_map import build_token_map
 
 SLACK_TOKENS = 48  # a piece is this much longer than the prompt it must give
@@ -141,18 +140,20 @@ def cache_curve(
         repeats += ids.size - (len(seen[layer]) - before)
     points = []
     for fraction in fractions:
-        # NOTE: RowCache's own index and its take/put steps (probe, then admit what
-        # missed), without the row bytes: a cache of half an 8 GiB table would hold 4 GiB.
+        # NOTE: RowCache itself and its take/put steps (take the hits, then admit what
+        # missed), with one-byte rows: a cache of half an 8 GiB table would hold 4 GiB.
         caches = [
-            SetAssociativeIndex(max(1, int(fraction * n * row_bytes) // row_bytes), RowCache.WAYS)
+            RowCache(max(1, int(fraction * n * row_bytes) // row_bytes), 1)
             for n in cfg.engram_num_embeddings
         ]
         hits = 0
         for layer, ids in zip(layer_of, lookups, strict=True):
-            ids_t = torch.from_numpy(ids)
-            miss = caches[layer].probe(ids_t) < 0
-            hits += ids.size - int(miss.sum())
-            caches[layer].admit(ids_t[miss])
+            need = np.ones(ids.size, dtype=bool)
+            rows = np.zeros((ids.size, 1), dtype=np.uint8)
+            missed = np.empty(ids.size, dtype=np.int64)
+            took, misses = caches[layer].take(ids, need, rows, missed)
+            hits += took
+            caches[layer].put(ids[missed[:misses]], rows, missed[:misses])
         points.append({"fraction": fraction, "hit_ratio": hits / total})
         del caches
     unbounded = repeats / total

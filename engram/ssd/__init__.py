@@ -13,11 +13,14 @@
   the old table once complete) from rows read in slices of a safetensors checkpoint
   (each family's naming in :mod:`~engram.ssd.checkpoint_formats`);
   ``python -m engram.convert`` is the command line.
-- :mod:`~engram.ssd.readers`: read strategies (``mmap``, ``pread``), chosen by name.
+- :mod:`~engram.ssd.readers`: read strategies (``mmap``, ``pread``, ``direct``), chosen
+  by name; each plans its reads into reused arrays (:mod:`~engram.ssd.readers.planning`).
 - :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.prefetch`,
   :mod:`~engram.ssd.bounce_buffers`: the RAM hot-row cache, a table's prefetch handles
   (rows read ahead of their lookup), the (pinned) host buffers rows pass through on
   their way to the device.
+- :mod:`~engram.ssd.kernels`: the read path's compiled loops (numba, no GIL): block
+  hashes (our XXH3), read plans and row gathers, the RAM cache's probe and admit.
 - :mod:`~engram.ssd.integrity`, :mod:`~engram.ssd.faults`: checks on open, the damage
   mark, a file changing under a running table, I/O and checksum errors that fail one
   lookup.

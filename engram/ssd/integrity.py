@@ -23,7 +23,7 @@ import numpy as np
 
 from engram.errors import EngramTableError
 from engram.files import atomic_write
-from engram.ssd.block_hashes import BlockChecks, read_hashes
+from engram.ssd.block_hashes import BlockChecks, as_bytes, read_hashes
 from engram.ssd.faults import EngramChecksumError
 from engram.ssd.manifest import TableManifest
 
@@ -68,7 +68,11 @@ def _check_chunk(fd: int, checks: BlockChecks, index: int) -> None:
         buf = os.pread(fd, size, start + piece)
         count = len(buf) // layout.block_bytes
         blocks = first_block + piece // layout.block_bytes + np.arange(count)
-        checks.check(memoryview(buf), blocks, np.arange(count) * layout.block_bytes)
+        checks.check(
+            as_bytes(buf),
+            blocks,
+            np.arange(count) * layout.block_bytes,
+        )
         if len(buf) < size:
             raise EngramTableError(f"short read in chunk {index} of {checks.directory}")
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from engram.files import GIB
+from engram.ssd import kernels
 
 # host memory a table's prefetch handles may hold (``TableOptions.prefetch_bytes``)
 DEFAULT_PREFETCH_BYTES = GIB
@@ -110,34 +111,71 @@ class Prefetcher:
                 handle._finish(rows, None)
 
 
-def exact_match(
-    handles: list[PrefetchHandle], flat: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, torch.Tensor] | None:
-    """(distinct ids, inverse, rows) of a handle that prefetched exactly ``flat``, once
-    its rows are read; ``None`` if there is none."""
-    for handle in handles:
-        if handle.keep_rows and np.array_equal(handle.flat_ids, flat) and handle.wait():
-            rows = handle.rows  # NOTE: read once; a release may clear it meanwhile
-            if rows is not None:
-                return handle.ids, handle.inverse, rows
-    return None
+class ReadAhead:
+    """A table's live handles within its byte budget (the oldest released for the
+    newest), filled by one :class:`Prefetcher`; counts the rows lookups take from them."""
 
+    def __init__(self, fill: Callable[[PrefetchHandle], torch.Tensor | None], budget: int):
+        self._prefetcher = Prefetcher(fill)
+        self._budget = budget
+        self._handles: list[PrefetchHandle] = []
+        self._lock = threading.Lock()
+        self.hits = 0  # rows lookups took from handles
 
-def take_rows(handles: list[PrefetchHandle], ids: np.ndarray, out: torch.Tensor) -> np.ndarray:
-    """Copy the rows of sorted distinct ``ids`` that ``handles`` hold into ``out``;
-    return the mask of ids still needed."""
-    need = np.ones(ids.size, dtype=bool)
-    for handle in handles:
-        if not handle.deduped() or handle.ids.size == 0:
-            continue  # not started yet: reading ourselves beats waiting behind others
-        pos = np.minimum(np.searchsorted(handle.ids, ids), handle.ids.size - 1)
-        match = need & (handle.ids[pos] == ids)
-        rows = handle.rows if match.any() and handle.wait() else None
-        if rows is None:
-            continue  # not ours, failed (re-read by the caller), or page cache only
-        where = np.flatnonzero(match)
-        out[torch.from_numpy(where)] = rows[torch.from_numpy(pos[where])]
-        need[where] = False
-        if not need.any():
-            break
-    return need
+    def submit(self, flat_ids: np.ndarray, row_bytes: int) -> PrefetchHandle:
+        """A handle reading the rows of ``flat_ids`` (the handle keeps the array)."""
+        handle = PrefetchHandle(
+            flat_ids, keep_rows=flat_ids.size * row_bytes <= self._budget, row_bytes=row_bytes
+        )
+        evicted = []
+        with self._lock:
+            while self._handles and self.held_bytes() + handle.nbytes > self._budget:
+                evicted.append(self._handles.pop(0))
+            handle._on_release = self._forget
+            self._handles.append(handle)
+        for old in evicted:
+            old.release()
+        self._prefetcher.submit(handle)
+        return handle
+
+    def held_bytes(self) -> int:
+        return sum(h.nbytes for h in list(self._handles))
+
+    def exact(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, torch.Tensor] | None:
+        """(distinct ids, inverse, rows) of a handle that read exactly ``flat``, once its
+        rows are in; ``None`` if there is none."""
+        for handle in self._live():
+            if handle.keep_rows and np.array_equal(handle.flat_ids, flat) and handle.wait():
+                rows = handle.rows  # NOTE: read once; a release may clear it meanwhile
+                if rows is not None:
+                    self.hits += handle.ids.size
+                    return handle.ids, handle.inverse, rows
+        return None
+
+    def take(self, ids: np.ndarray, out: np.ndarray, need: np.ndarray) -> None:
+        """Copy the rows of distinct ``ids`` still ``need``-ed that live handles hold
+        into ``out`` (row ``i`` for ``ids[i]``) and clear their ``need``."""
+        for handle in self._live():
+            if not handle.deduped() or handle.ids.size == 0:
+                continue  # not started yet: reading ourselves beats waiting behind others
+            if not kernels.cache.any_held(handle.ids, ids, need) or not handle.wait():
+                continue  # not ours, or failed (re-read by the caller)
+            rows = handle.rows
+            if rows is not None:  # None: page cache only, or released meanwhile
+                self.hits += kernels.cache.take_held(handle.ids, rows.numpy(), ids, need, out)
+
+    def _live(self) -> list[PrefetchHandle]:
+        with self._lock:
+            return list(self._handles)
+
+    def _forget(self, handle: PrefetchHandle) -> None:
+        with self._lock:
+            if handle in self._handles:
+                self._handles.remove(handle)
+
+    def close(self) -> None:
+        self._prefetcher.close()
+        with self._lock:
+            handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.release()

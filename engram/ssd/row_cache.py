@@ -1,8 +1,10 @@
 """The bounded RAM cache of hot rows in front of an SSD table (``ram_cache_bytes``).
 
-Holds packed FP8 rows (``row_bytes`` each) in plain host memory; lookups copy hits into
-the bounce buffer and insert what they read from the file. Hits and misses are counted
-per distinct row of a lookup.
+Holds rows (``row_bytes`` opaque bytes each) in plain host memory in a ``WAYS``-way
+set-associative layout with LRU replacement inside each set
+(:mod:`engram.ssd.kernels.cache`). A lookup makes one pass that copies its hits out
+(:meth:`RowCache.take`) and, once the rest is read from the file, one pass that admits
+them (:meth:`RowCache.put`). Hits and misses are counted per distinct row of a lookup.
 """
 
 from __future__ import annotations
@@ -10,54 +12,64 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import torch
 
-from engram.ssd.set_assoc import SetAssociativeIndex
+from engram.errors import EngramTableError
+from engram.ssd import kernels
+from engram.ssd.kernels.constants import MISS
 
 
 class RowCache:
     WAYS = 8
 
     def __init__(self, capacity_bytes: int, row_bytes: int, *, ways: int = WAYS):
-        self.index = SetAssociativeIndex(max(1, capacity_bytes // row_bytes), ways)
+        capacity = capacity_bytes // row_bytes
+        if capacity < 1:
+            raise EngramTableError(f"a row cache needs room for at least one row, got {capacity}")
+        self.ways = min(ways, capacity)
+        n_sets = capacity // self.ways
+        self.tags = np.full((n_sets, self.ways), MISS, dtype=np.int64)
+        self.stamps = np.zeros((n_sets, self.ways), dtype=np.int64)
         # NOTE: zeros, not empty: the pages are touched now, once, instead of one page
         # fault per row the first time each slot is filled, on the read path.
-        self.rows = torch.zeros((self.index.capacity, row_bytes), dtype=torch.uint8, device="cpu")
+        self.rows = np.zeros((n_sets * self.ways, row_bytes), dtype=np.uint8)
         self.hits = 0
         self.misses = 0
+        self._clock = 1  # NOTE: advanced by each call's row count; empty slots keep 0
         self._lock = threading.Lock()
 
     @property
+    def capacity(self) -> int:
+        return self.rows.shape[0]
+
+    @property
     def nbytes(self) -> int:
-        return self.rows.numel()
+        return self.rows.nbytes
 
     @property
     def hit_ratio(self) -> float:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
 
-    def take(self, ids: np.ndarray, out: torch.Tensor) -> np.ndarray:
-        """Copy cached rows of distinct ``ids`` into ``out``; return the hit mask."""
+    def take(
+        self, ids: np.ndarray, need: np.ndarray, out: np.ndarray, missed: np.ndarray
+    ) -> tuple[int, int]:
+        """Copy the cached rows of distinct ``ids`` still ``need``-ed into ``out`` (row
+        ``i`` for ``ids[i]``) and clear their ``need``; the positions of the others go
+        to ``missed`` (room for ``len(ids)``). Returns (hits, misses)."""
         with self._lock:
-            slots = self.index.probe(torch.from_numpy(ids))
-            hit = slots >= 0
-            if bool(hit.any()):
-                out[hit] = self.rows[slots[hit]]
-            n_hit = int(hit.sum())
-            self.hits += n_hit
-            self.misses += len(ids) - n_hit
-        return hit.numpy()
+            hits, misses = kernels.cache.take(
+                self.tags, self.stamps, self._clock, self.rows, ids, need, out, missed
+            )
+            self._clock += ids.size
+            self.hits += hits
+            self.misses += misses
+        return hits, misses
 
-    def put(self, ids: np.ndarray, rows: torch.Tensor) -> None:
-        """Insert rows of distinct ``ids`` that are not in the cache."""
+    def put(self, ids: np.ndarray, source: np.ndarray, at: np.ndarray) -> None:
+        """Admit the rows of distinct ``ids`` (``source[at[j]]`` for ``ids[j]``)."""
         with self._lock:
-            ids_t = torch.from_numpy(ids)
-            # NOTE: the prefetch thread and a lookup may both have read the same row;
-            # admitting it twice would give one set two ways with the same tag.
-            new = self.index.probe(ids_t) < 0
-            slots = self.index.admit(ids_t[new])
-            kept = slots >= 0
-            self.rows[slots[kept]] = rows[new][kept]
+            kernels.cache.admit(self.tags, self.stamps, self._clock, self.rows, ids, source, at)
+            self._clock += ids.size
 
     def stats(self) -> dict[str, float]:
         return {

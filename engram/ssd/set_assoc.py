@@ -1,8 +1,9 @@
-"""Which cache slot holds which row id, for the RAM and HBM row caches.
+"""Which cache slot holds which row id, for the HBM hot-row cache.
 
 A ``ways``-way set-associative index with LRU replacement inside each set, kept in
 torch tensors on the cache's own device so a GPU cache is probed without leaving the
-GPU. Row ``r`` may live only in set ``r % n_sets``; a probe compares the ``ways`` tags
+GPU (the RAM row cache keeps the same layout on the host and is probed by compiled
+loops instead: :mod:`engram.ssd.row_cache`). Row ``r`` may live only in set ``r % n_sets``; a probe compares the ``ways`` tags
 of that set. Engram row ids are hashes, so consecutive sets see unrelated rows.
 """
 

@@ -26,9 +26,10 @@ from engram.ssd.bounce_buffers import BounceBuffers
 from engram.ssd.ensure import ensure_table, resolve_table_dir
 from engram.ssd.faults import EngramChecksumError, EngramIOError
 from engram.ssd.integrity import FileGuard, mark_damaged, verify_table
+from engram.ssd.kernels import compile_kernels
 from engram.ssd.manifest import TableManifest
-from engram.ssd.prefetch import Prefetcher, PrefetchHandle, exact_match, take_rows
-from engram.ssd.readers import open_reader
+from engram.ssd.prefetch import PrefetchHandle, ReadAhead
+from engram.ssd.readers import ALL_ROWS, open_reader
 from engram.ssd.row_cache import RowCache
 from engram.ssd.sources import TensorRows
 from engram.tables.base import EngramTable
@@ -108,12 +109,9 @@ class SsdTable(EngramTable):
         cache_bytes = min(options.ram_cache_bytes, manifest.num_rows * self.row_bytes)
         self._cache = RowCache(cache_bytes, self.row_bytes) if cache_bytes > 0 else None
         self._bounce = BounceBuffers(self.row_bytes, self.device)
-        self._prefetcher = Prefetcher(self._fill_prefetch)
-        self._prefetch_budget = options.prefetch_bytes
-        self._handles: list[PrefetchHandle] = []
+        self._ahead = ReadAhead(self._fill_prefetch, options.prefetch_bytes)
         self._lock = threading.RLock()  # lookups of one table run one at a time
-        self._handles_lock = threading.Lock()
-        self.prefetch_hits = 0
+        self._scratch = threading.local()  # per thread: the read-ahead thread reads too
         self.io_errors = 0
         # NOTE: seconds, cumulative: disk reads a lookup made itself ("lookup") or the
         # read-ahead thread made ("ahead"), and a lookup's waits on read-ahead handles.
@@ -121,6 +119,7 @@ class SsdTable(EngramTable):
         self.read_seconds = {"lookup": 0.0, "ahead": 0.0}
         self.handle_wait_seconds = 0.0
         self._cache_hits = 0  # RAM cache hits of the current fetch
+        compile_kernels()  # NOTE: now, not on the first request (numba, cached on disk)
 
     # ---- lookups ----------------------------------------------------------------------
 
@@ -145,22 +144,18 @@ class SsdTable(EngramTable):
         flat = flat_ids.numpy()
         self._cache_hits = 0
         started = time.perf_counter()
-        exact = self._exact_prefetch(flat)
+        exact = self._ahead.exact(flat)
         if exact is not None:
             self.handle_wait_seconds += time.perf_counter() - started
             return (*exact, None)
         unique, inverse = np.unique(flat, return_inverse=True)
         index, rows = self._bounce.acquire(unique.size)
+        out = rows.numpy()
+        need = self._need(unique.size)
         started = time.perf_counter()
-        need = self._take_prefetched(unique, rows)
+        self._ahead.take(unique, out, need)
         self.handle_wait_seconds += time.perf_counter() - started
-        if need.all():
-            self._cache_hits = self._read(unique, rows)
-        elif need.any():
-            where = np.flatnonzero(need)
-            part = torch.empty((where.size, self.row_bytes), dtype=torch.uint8, device="cpu")
-            self._cache_hits = self._read(unique[where], part)
-            rows[torch.from_numpy(where)] = part
+        self._cache_hits = self._read(unique, out, need)
         return unique, inverse, rows, index
 
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
@@ -178,23 +173,38 @@ class SsdTable(EngramTable):
             tiers["dram"] = from_ram * self.row_bytes
         return out, unique.size, tiers
 
-    def _read(self, ids: np.ndarray, out: torch.Tensor, *, by: str = "lookup") -> int:
-        """Rows of distinct ``ids`` into ``out``: RAM cache first, then the file (read
-        time counted under ``by``). Returns how many came from the RAM cache."""
-        need = np.ones(ids.size, dtype=bool)
+    def _need(self, n: int) -> np.ndarray:
+        """This thread's ``need`` flags for ``n`` rows, all set."""
+        held = getattr(self._scratch, "need", None)
+        if held is None or held.size < n:
+            held = self._scratch.need = np.empty(max(n, 1024), dtype=bool)
+            self._scratch.missed = np.empty(held.size, dtype=np.int64)
+            self._scratch.ids = np.empty(held.size, dtype=np.int64)
+        need = held[:n]
+        need[:] = True
+        return need
+
+    def _read(
+        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray, *, by: str = "lookup"
+    ) -> int:
+        """Rows of sorted distinct ``ids`` still ``need``-ed (``self._need``'s flags) into
+        ``out``: RAM cache first, then the file (read time counted under ``by``). Returns
+        how many came from the RAM cache."""
+        scratch = self._scratch
+        hits = 0
         if self._cache is not None:
-            need = ~self._cache.take(ids, out)
-            if not need.any():
-                return ids.size
-        miss = ids[need]
-        target = (
-            out
-            if miss.size == ids.size
-            else torch.empty((miss.size, self.row_bytes), dtype=torch.uint8, device="cpu")
-        )
+            hits, missed = self._cache.take(ids, need, out, scratch.missed[: ids.size])
+            at = scratch.missed[:missed]
+        elif need.all():
+            at = ALL_ROWS
+        else:
+            at = np.flatnonzero(need)  # NOTE: only after read-ahead handles gave rows
+        miss = ids if at is ALL_ROWS else np.take(ids, at, out=scratch.ids[: at.size])
+        if miss.size == 0:
+            return hits
         started = time.perf_counter()
         try:
-            self._reader.read_rows(miss, target)
+            self._reader.read_rows(miss, out, at)
         except EngramChecksumError as err:
             self._guard.check()  # a file that changed is a permanent fault, said as such
             if not self._marked_damaged:
@@ -213,11 +223,9 @@ class SsdTable(EngramTable):
                 "Only this lookup failed; the table keeps serving"
             ) from err
         self.read_seconds[by] += time.perf_counter() - started
-        if target is not out:
-            out[torch.from_numpy(np.flatnonzero(need))] = target
         if self._cache is not None:
-            self._cache.put(miss, target)
-        return ids.size - miss.size
+            self._cache.put(miss, out, at)
+        return hits
 
     # ---- prefetch ---------------------------------------------------------------------
 
@@ -225,21 +233,7 @@ class SsdTable(EngramTable):
         """Start reading ``row_ids``' rows in the background; see :mod:`engram.ssd.prefetch`."""
         flat = row_ids.reshape(-1).to("cpu", torch.int64)
         self._check_ids(flat)
-        handle = PrefetchHandle(
-            flat.numpy().copy(),
-            keep_rows=flat.numel() * self.row_bytes <= self._prefetch_budget,
-            row_bytes=self.row_bytes,
-        )
-        evicted = []
-        with self._handles_lock:
-            while self._handles and self._held_bytes() + handle.nbytes > self._prefetch_budget:
-                evicted.append(self._handles.pop(0))
-            handle._on_release = self._forget
-            self._handles.append(handle)
-        for old in evicted:
-            old.release()
-        self._prefetcher.submit(handle)
-        return handle
+        return self._ahead.submit(flat.numpy().copy(), self.row_bytes)
 
     def _fill_prefetch(self, handle: PrefetchHandle) -> torch.Tensor | None:
         ids, inverse = np.unique(handle.flat_ids, return_inverse=True)
@@ -255,38 +249,13 @@ class SsdTable(EngramTable):
         rows = torch.empty(
             (ids.size, self.row_bytes), dtype=torch.uint8, device="cpu", pin_memory=pinned
         )
-        self._read(ids, rows, by="ahead")
+        self._read(ids, rows.numpy(), self._need(ids.size), by="ahead")
         return rows
-
-    def _live_handles(self) -> list[PrefetchHandle]:
-        with self._handles_lock:
-            return list(self._handles)
-
-    def _exact_prefetch(
-        self, flat: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, torch.Tensor] | None:
-        found = exact_match(self._live_handles(), flat)
-        if found is not None:
-            self.prefetch_hits += found[0].size
-        return found
-
-    def _take_prefetched(self, ids: np.ndarray, out: torch.Tensor) -> np.ndarray:
-        need = take_rows(self._live_handles(), ids, out)
-        self.prefetch_hits += int(need.size - need.sum())
-        return need
-
-    def _held_bytes(self) -> int:
-        return sum(h.nbytes for h in list(self._handles))
 
     def refresh_residency(self) -> None:
         """Re-learn now which pages of the file the page cache holds (the mmap reader
         also does this continuously in the background)."""
         self._reader.refresh_residency()
-
-    def _forget(self, handle: PrefetchHandle) -> None:
-        with self._handles_lock:
-            if handle in self._handles:
-                self._handles.remove(handle)
 
     # ---- state --------------------------------------------------------------------------
 
@@ -306,8 +275,8 @@ class SsdTable(EngramTable):
             "ram_cache_hits": 0,
             "ram_cache_misses": 0,
             "ram_cache_bytes": 0,
-            "prefetch_hits": self.prefetch_hits,
-            "prefetch_bytes_held": self._held_bytes(),
+            "prefetch_hits": self._ahead.hits,
+            "prefetch_bytes_held": self._ahead.held_bytes(),
             "pages_requested": self._reader.pages_requested,
             "io_errors": self.io_errors,
             "lookup_read_seconds": self.read_seconds["lookup"],
@@ -317,6 +286,12 @@ class SsdTable(EngramTable):
         if self._cache is not None:
             out.update(self._cache.stats())
         return {key: float(value) for key, value in out.items()}
+
+    @property
+    def disk_wait_seconds(self) -> float:
+        """Seconds, cumulative, the reader spent in system calls waiting for the disk
+        (benchmarks: a lookup's time beyond it is host work)."""
+        return self._reader.wait_seconds
 
     @property
     def blocks_checked(self) -> int:
@@ -340,16 +315,12 @@ class SsdTable(EngramTable):
         verify_table(self.directory, self.manifest, mode)
 
     def memory(self) -> dict[str, int]:
-        held = self._bounce.nbytes + self._held_bytes()
+        held = self._bounce.nbytes + self._ahead.held_bytes()
         if self._cache is not None:
             held += self._cache.nbytes
         return {"ssd": self.manifest.data_bytes, "dram": held}
 
     def close(self) -> None:
-        self._prefetcher.close()
-        with self._handles_lock:
-            handles, self._handles = self._handles, []
-        for handle in handles:
-            handle.release()
+        self._ahead.close()
         self._bounce.release()
         self._reader.close()

@@ -42,6 +42,24 @@ def test_ram_cache_counts_hits_and_misses(tmp_path: Path) -> None:
     table.close()
 
 
+def test_rows_from_read_ahead_count_as_ssd_and_ram_cache_hits_as_dram(tmp_path: Path) -> None:
+    weight, scale = random_table(ROWS, DIM)
+    dram = create_table("dram", weight, scale)
+    table = create_table("ssd", weight, scale, path=tmp_path / "t", ram_cache_bytes=8 << 20)
+    cached = _distinct(300)
+    table.lookup(cached)  # now in the RAM cache
+    ahead = _distinct(200, exclude=cached)
+    assert table.prefetch(ahead).wait(30)
+    fresh = _distinct(50, exclude=torch.cat([cached, ahead]))
+    both = torch.cat([cached[:100], ahead, fresh])
+    before = dict(table.counters.bytes_read)
+    assert torch.equal(table.lookup(both), dram.lookup(both))
+    got = {k: v - before.get(k, 0) for k, v in table.counters.bytes_read.items()}
+    assert got == {"ssd": 250 * ROW_BYTES, "dram": 100 * ROW_BYTES}
+    assert table.stats()["prefetch_hits"] == 200
+    table.close()
+
+
 SSD_STATS = {
     "ram_cache_hit_ratio", "ram_cache_hits", "ram_cache_misses", "ram_cache_bytes",
     "prefetch_hits", "prefetch_bytes_held", "pages_requested", "io_errors",
@@ -125,10 +143,13 @@ def test_putting_cached_rows_again_keeps_one_copy() -> None:
 
     cache = RowCache(1024 * 8, 8, ways=8)
     ids = np.unique(np.random.default_rng().integers(0, 1000, 40))
-    rows = torch.randint(1, 255, (ids.size, 8), dtype=torch.uint8)
-    cache.put(ids, rows)
-    cache.put(ids, rows)  # a second reader of the same rows
-    tags = cache.index._tags[cache.index._tags >= 0]
-    assert tags.numel() == torch.unique(tags).numel() == ids.size
-    out = torch.zeros_like(rows)
-    assert cache.take(ids, out).all() and torch.equal(out, rows)
+    rows = np.random.default_rng().integers(1, 255, (ids.size, 8), dtype=np.uint8)
+    every = np.arange(ids.size)
+    cache.put(ids, rows, every)
+    cache.put(ids, rows, every)  # a second reader of the same rows
+    tags = cache.tags[cache.tags >= 0]
+    assert tags.size == np.unique(tags).size == ids.size
+    out = np.zeros_like(rows)
+    need = np.ones(ids.size, dtype=bool)
+    assert cache.take(ids, need, out, np.empty(ids.size, dtype=np.int64)) == (ids.size, 0)
+    assert not need.any() and np.array_equal(out, rows)

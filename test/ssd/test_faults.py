@@ -17,7 +17,7 @@ import torch
 from engram.ssd import EngramIOError
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import DiskLayout
-from engram.ssd.readers import READERS, register_reader
+from engram.ssd.readers import ALL_ROWS, READERS, register_reader
 from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
 from engram.ssd.readers.pread import PreadReader
@@ -34,12 +34,12 @@ class FailingDiskReader(MappedReader):
     name = "test-failing-disk"
     failures_left = 0
 
-    def read_rows(self, ids: np.ndarray, out: torch.Tensor) -> None:
+    def read_rows(self, ids: np.ndarray, out: np.ndarray, at: np.ndarray = ALL_ROWS) -> None:
         if FailingDiskReader.failures_left:
             FailingDiskReader.failures_left -= 1
             first = int(ids[0]) // self.layout.rows_per_block
             raise PageReadError(errno.EIO, self.path, first, 1, "reading")
-        super().read_rows(ids, out)
+        super().read_rows(ids, out, at)
 
 
 @pytest.fixture

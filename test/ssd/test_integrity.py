@@ -59,7 +59,7 @@ def table_dir(tmp_path: Path) -> tuple[Path, TensorRows, torch.Tensor, torch.Ten
     return tmp_path / "t", source, weight, scale
 
 
-@pytest.mark.parametrize("read", ["mmap", "pread"])
+@pytest.mark.parametrize("read", ["mmap", "pread", "direct"])
 def test_a_lookup_touching_damaged_chunks_fails_naming_them(table_dir, read: str) -> None:
     path, source, weight, scale = table_dir
     layout = TableManifest.load(path).layout

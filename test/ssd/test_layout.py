@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from engram.ssd.layout import PAGE_BYTES, DiskLayout
-from engram.ssd.readers.base import block_runs
 from test.ssd.helpers import random_table
 
 
@@ -38,15 +37,3 @@ def test_dsv41_rows_pack_fifteen_to_a_page() -> None:
     layout = DiskLayout(384_006_168, 256)
     assert (layout.row_bytes, layout.rows_per_block, layout.block_bytes) == (264, 15, 4096)
     assert layout.file_bytes == -(-384_006_168 // 15) * 4096
-
-
-def test_block_runs_group_consecutive_blocks() -> None:
-    ids = np.unique(np.random.default_rng().integers(0, 3000, 400))
-    for max_blocks in (0, 3):
-        runs = block_runs(ids, 15, max_blocks)
-        covered = np.concatenate([np.arange(s, s + n) for s, n in runs])
-        assert np.array_equal(covered, np.unique(ids // 15))
-        if max_blocks:
-            assert runs[:, 1].max() <= max_blocks
-        else:  # maximal runs: no two touch
-            assert np.all(runs[1:, 0] > runs[:-1, 0] + runs[:-1, 1])

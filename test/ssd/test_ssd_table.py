@@ -44,6 +44,7 @@ def test_lookups_match_hbm_and_dram(
     )
     hot = torch.randint(0, ROWS, (40,))
     for _ in range(3):
+        ssd.drop_page_cache()  # NOTE: cold reads too: several read batches per lookup
         random_ids = torch.randint(0, ROWS, (64, 48))
         repeated = hot[torch.randint(0, hot.numel(), (7, 3, 48))]
         edges = torch.tensor([[0, ROWS - 1, 0, 14, 15, ROWS - 1]])

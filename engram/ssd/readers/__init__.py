@@ -13,7 +13,7 @@ from pathlib import Path
 from engram.errors import EngramTableError
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.layout import DiskLayout
-from engram.ssd.readers.base import RowReader
+from engram.ssd.readers.base import ALL_ROWS, RowReader
 from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
 from engram.ssd.readers.pread import PreadReader
@@ -47,6 +47,7 @@ register_reader(PreadReader)
 register_reader(DirectReader)
 
 __all__ = [
+    "ALL_ROWS",
     "DEFAULT_READER",
     "READERS",
     "RowReader",

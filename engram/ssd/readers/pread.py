@@ -1,10 +1,10 @@
 """``pread``: read the needed blocks with ``preadv`` from a thread pool.
 
 Runs of consecutive blocks (at most ``MAX_RUN_BLOCKS`` each) are read in batches of at
-most ``BATCH_BYTES``, each batch's runs spread over the pool's threads into one buffer,
-and the rows gathered from it; each thread hashes the blocks not yet checked right
-after reading them (a block stays checked until the table drops its pages: this reader
-cannot see the kernel evict one). Nothing is mapped, so an I/O error or a short read (a
+most ``BATCH_BYTES``, each batch's runs spread over the pool's threads into one buffer;
+the blocks not yet checked are hashed once the batch is in (a block stays checked until
+the table drops its pages: this reader cannot see the kernel evict one), and the rows
+gathered from it. Nothing is mapped, so an I/O error or a short read (a
 shrunken file) is an ordinary error of the lookup. Page-cache hits still cost a system
 call and a copy of a whole block per block, which is why warm lookups are slower than
 ``mmap``.
@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from engram.ssd import kernels
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.faults import PageReadError
 from engram.ssd.layout import DiskLayout
-from engram.ssd.readers.base import RowReader, block_runs, row_window
+from engram.ssd.readers.base import ALL_ROWS, RowReader
+from engram.ssd.readers.planning import COUNT, FIRST, SLOT, ReadPlan
 
 DEFAULT_THREADS = 16
 MAX_RUN_BLOCKS = 32
@@ -45,49 +47,52 @@ class PreadReader(RowReader):
         self._threads = threads
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="engram-pread")
 
-    def read_rows(self, ids: np.ndarray, out: torch.Tensor) -> None:
+    def _new_plan(self) -> ReadPlan:
+        return ReadPlan(
+            self.layout,
+            max_run_bytes=MAX_RUN_BLOCKS * self.layout.block_bytes,
+            batch_bytes=BATCH_BYTES,
+            windows=False,
+        )
+
+    def read_rows(self, ids: np.ndarray, out: np.ndarray, at: np.ndarray = ALL_ROWS) -> None:
         if ids.size == 0:
             return
         layout = self.layout
-        runs = block_runs(ids, layout.rows_per_block, MAX_RUN_BLOCKS)
-        first_slot = np.cumsum(runs[:, 1]) - runs[:, 1]  # where each run lands, all batches
-        batch = first_slot * layout.block_bytes // BATCH_BYTES
-        cuts = np.flatnonzero(np.diff(batch)) + 1
-        blocks = ids // layout.rows_per_block
-        for part in np.split(np.arange(len(runs)), cuts):
-            self._read_batch(runs[part], first_slot[part] - first_slot[part[0]], ids, blocks, out)
-        self.pages_requested += int(runs[:, 1].sum()) * layout.pages_per_block
+        plan = self._plan().make(ids)
+        buffer = np.empty(plan.buffer_blocks() * layout.block_bytes, dtype=np.uint8)
+        run = row = block = 0
+        for end_run, end_row, end_block in plan.batches.tolist():
+            runs = plan.runs[run:end_run]
+            groups = np.array_split(np.arange(len(runs)), min(len(runs), self._threads * 2))
+            started = time.perf_counter()
+            futures = [self._pool.submit(self._read_runs, runs[g], buffer) for g in groups]
+            for future in futures:
+                future.result()
+            self.wait_seconds += time.perf_counter() - started
+            if self.checks is None:
+                kernels.plan.gather(buffer, plan.row_at, out, at, row, end_row)
+            else:
+                # NOTE: a block stays checked until the table drops its pages: this
+                # reader cannot see the kernel evict one.
+                self.checks.check_and_gather(
+                    buffer,
+                    ids,
+                    plan.row_at,
+                    plan.block_at[block:end_block],
+                    out,
+                    at,
+                    row,
+                    end_row,
+                    remember=True,
+                )
+            run, row, block = end_run, end_row, end_block
+        self.pages_requested += int(plan.runs[:, COUNT].sum()) * layout.pages_per_block
 
-    def _read_batch(
-        self,
-        runs: np.ndarray,
-        slots: np.ndarray,
-        ids: np.ndarray,
-        blocks: np.ndarray,
-        out: torch.Tensor,
-    ) -> None:
-        layout = self.layout
-        buffer = torch.empty(
-            int(slots[-1] + runs[-1, 1]) * layout.block_bytes, dtype=torch.uint8, device="cpu"
-        )
-        groups = np.array_split(np.arange(len(runs)), min(len(runs), self._threads * 2))
-        futures = [self._pool.submit(self._read_runs, runs[g], slots[g], buffer) for g in groups]
-        for future in futures:
-            future.result()
-        lo, hi = np.searchsorted(blocks, [runs[0, 0], runs[-1, 0] + runs[-1, 1]])
-        mine = blocks[lo:hi]
-        run_of = np.searchsorted(runs[:, 0] + runs[:, 1], mine, side="right")
-        slot = slots[run_of] + (mine - runs[run_of, 0])
-        offsets = (
-            slot * layout.block_bytes + (ids[lo:hi] % layout.rows_per_block) * layout.row_bytes
-        )
-        window = row_window(buffer, layout.row_bytes)
-        torch.index_select(window, 0, torch.from_numpy(offsets), out=out[lo:hi])
-
-    def _read_runs(self, runs: np.ndarray, slots: np.ndarray, buffer: torch.Tensor) -> None:
+    def _read_runs(self, runs: np.ndarray, buffer: np.ndarray) -> None:
         block = self.layout.block_bytes
-        memory = memoryview(buffer.numpy())
-        for (first, count), slot in zip(runs.tolist(), slots.tolist(), strict=True):
+        memory = memoryview(buffer)
+        for first, count, slot in runs[:, [FIRST, COUNT, SLOT]].tolist():
             want = count * block
             target = memory[slot * block : slot * block + want]
             try:
@@ -96,10 +101,6 @@ class PreadReader(RowReader):
                 raise self._error(err.errno or errno.EIO, first, count, "reading") from err
             if got != want:
                 raise self._error(errno.EIO, first, count, f"(short read: {got} of {want} bytes)")
-            if self.checks is not None:  # on this pool thread, beside the other reads
-                blocks = np.arange(first, first + count)
-                todo = np.flatnonzero(~self.checks.verified[blocks])
-                self.checks.check(memory, blocks[todo], (slot + todo) * block)
 
     def _error(self, err: int, first: int, count: int, how: str) -> PageReadError:
         per = self.layout.pages_per_block

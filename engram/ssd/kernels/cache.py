@@ -1,0 +1,142 @@
+"""Taking rows from what a lookup holds in memory, in compiled loops (numba): the RAM
+row cache (one pass per lookup to take hits, one per read to admit rows) and the rows
+of read-ahead handles (sorted ids, looked up by binary search).
+
+Row ``r`` may live only in set ``r % n_sets``, in one of its ``ways`` slots; ``tags``
+``[n_sets, ways]`` holds each slot's row id (``MISS``: empty) and ``stamps`` the clock
+of its last use (distinct: every row a call stamps gets its own clock value, so the
+least recently used slot is never a tie). Engram row ids are hashes, so consecutive sets see unrelated rows.
+Rows are opaque ``row_bytes`` each. Every loop runs without the GIL.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from engram.ssd.kernels.types import FLAGS, FLAGS_IN, I64, I64_2, I64_IN, INT, ROWS, ROWS_IN
+
+
+@numba.njit(nogil=True)
+def _copy_row(out: np.ndarray, i: int, rows: np.ndarray, j: int) -> None:
+    # NOTE: a byte loop, not `out[i, :] = rows[j]`: numba compiles slice assignment
+    # ~40x slower and runs it no faster.
+    for b in range(out.shape[1]):
+        out[i, b] = rows[j, b]
+
+
+@numba.njit(
+    [numba.types.UniTuple(INT, 2)(I64_2, I64_2, INT, ROWS, I64_IN, FLAGS, ROWS, I64)],
+    nogil=True,
+    cache=True,
+)
+def take(
+    tags: np.ndarray,
+    stamps: np.ndarray,
+    clock: int,
+    rows: np.ndarray,
+    ids: np.ndarray,
+    need: np.ndarray,
+    out: np.ndarray,
+    missed: np.ndarray,
+) -> tuple[int, int]:
+    """For each ``ids[i]`` with ``need[i]``: a cached row is copied to ``out[i]``, its
+    slot stamped ``clock + i`` (the most recently used) and ``need[i]`` cleared;
+    otherwise ``i`` is appended to ``missed``. Returns (hits, misses)."""
+    n_sets, ways = tags.shape
+    hits = misses = 0
+    for i in range(ids.size):
+        if not need[i]:
+            continue
+        row = ids[i]
+        home = row % n_sets
+        found = -1
+        for way in range(ways):
+            if tags[home, way] == row:
+                found = way
+                break
+        if found < 0:
+            missed[misses] = i
+            misses += 1
+            continue
+        _copy_row(out, i, rows, home * ways + found)
+        stamps[home, found] = clock + i
+        need[i] = False
+        hits += 1
+    return hits, misses
+
+
+@numba.njit([INT(I64_2, I64_2, INT, ROWS, I64_IN, ROWS_IN, I64_IN)], nogil=True, cache=True)
+def admit(
+    tags: np.ndarray,
+    stamps: np.ndarray,
+    clock: int,
+    rows: np.ndarray,
+    ids: np.ndarray,
+    source: np.ndarray,
+    at: np.ndarray,
+) -> int:
+    """Cache the row of each distinct ``ids[j]`` (``source[at[j]]``) in its set's least
+    recently used slot, stamped ``clock + j``. A row already cached is left as it is (two
+    readers of one row never give it two slots); where a set's every slot was filled in
+    this call (stamped ``clock`` or later) the row is not cached. Returns rows admitted."""
+    n_sets, ways = tags.shape
+    admitted = 0
+    for j in range(ids.size):
+        row = ids[j]
+        home = row % n_sets
+        victim = 0
+        for way in range(ways):
+            if tags[home, way] == row:
+                victim = -1
+                break
+            if stamps[home, way] < stamps[home, victim]:
+                victim = way
+        # NOTE: empty slots are stamped 0 and the clock starts at 1.
+        if victim < 0 or stamps[home, victim] >= clock:
+            continue
+        _copy_row(rows, home * ways + victim, source, at[j])
+        tags[home, victim] = row
+        stamps[home, victim] = clock + j
+        admitted += 1
+    return admitted
+
+
+@numba.njit(nogil=True)
+def _find(held: np.ndarray, value: int) -> int:
+    """Where sorted ``held`` holds ``value``, or -1 (a binary search)."""
+    lo, hi = 0, held.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if held[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < held.size and held[lo] == value else -1
+
+
+@numba.njit([numba.boolean(I64_IN, I64_IN, FLAGS_IN)], nogil=True, cache=True)
+def any_held(held: np.ndarray, ids: np.ndarray, need: np.ndarray) -> bool:
+    """Whether sorted distinct ``held`` holds any ``ids[i]`` still ``need``-ed."""
+    for i in range(ids.size):
+        if need[i] and _find(held, ids[i]) >= 0:
+            return True
+    return False
+
+
+@numba.njit([INT(I64_IN, ROWS_IN, I64_IN, FLAGS, ROWS)], nogil=True, cache=True)
+def take_held(
+    held: np.ndarray, rows: np.ndarray, ids: np.ndarray, need: np.ndarray, out: np.ndarray
+) -> int:
+    """Copy the rows of ``ids[i]`` still ``need``-ed that sorted distinct ``held`` holds
+    (``rows[j]`` for ``held[j]``) to ``out[i]`` and clear their ``need``. Returns how
+    many."""
+    taken = 0
+    for i in range(ids.size):
+        if need[i]:
+            pos = _find(held, ids[i])
+            if pos >= 0:
+                _copy_row(out, i, rows, pos)
+                need[i] = False
+                taken += 1
+    return taken
