@@ -85,14 +85,14 @@ def build_model(table_gib: float, out: Path) -> Path:
 
 
 def server_args(name: str, table_gib: float, ssd_dir: Path) -> list[str]:
-    # NOTE: every config runs without the overlap schedule: only then does an ssd table
-    # read the next decode step's rows as soon as a step's tokens are sampled.
+    # NOTE: every config runs SGLang's default overlap scheduler (an ssd table reads the
+    # next decode step's rows from the launched step's sampled tokens);
     # --sleep-on-idle: a CPU server otherwise spins a core while it waits its turn.
     fraction = CONFIGS[name]
     if fraction is None:
-        return ["--disable-overlap-schedule", "--sleep-on-idle", "--engram-offload", name]
+        return ["--sleep-on-idle", "--engram-offload", name]
     return [
-        "--disable-overlap-schedule", "--sleep-on-idle", "--engram-offload", "ssd", "--engram-ssd-dir", str(ssd_dir),
+        "--sleep-on-idle", "--engram-offload", "ssd", "--engram-ssd-dir", str(ssd_dir),
         "--engram-ram-cache-gb", f"{table_gib * fraction:.6g}", "--engram-ssd-read", "direct",
     ]  # fmt: skip
 

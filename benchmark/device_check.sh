@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine: the GPU tests of engram_kernels, of the ssd/hot-cache
-# tables and of the reference model (trained tiny model, hbm vs dram), then ssd lookups as
+# tables (every row format: DeepSeek-V4.1 Engram, Qwen3.8-Flash-Next PLE fp8 and bf16) and of the reference model (trained tiny model, hbm vs dram), then ssd lookups as
 # eager breaks of CUDA-graph-captured decode steps (tokens equal to dram's, step time with
 # and without graphs), then the gather benchmark. Runs on the machine's own torch and
 # Triton (no SGLang, no package registry): engram and engram_kernels are imported from
