@@ -33,19 +33,20 @@ from sglang_engram.models.qwen4_exp.tiny_checkpoint import WEIGHTS_FILE, write_t
 from sglang_engram.models.registry import table_tensor_layer
 
 from engram.ssd.checkpoint_formats.ple_config import PleConfig
-from test.serving.server import generate_ids, metrics, post, settled_metrics, sglang_server
+from test.serving.qwen4_served import (
+    ARGS,
+    NEW_TOKENS,
+    TIE,
+    assert_agree,
+    prefill_logprobs,
+    random_prompts,
+    teacher_forced_gaps,
+)
+from test.serving.server import generate_ids, metrics, settled_metrics, sglang_server
 
 pytestmark = pytest.mark.slow
 
-NEW_TOKENS = 16
 CHUNK = 32
-EOS = 1
-# NOTE: the teacher-forced pass reduces in another order than the decode steps (a chunked
-# scan against a recurrence, bf16 activations); a served token whose log-probability is
-# within this of the pass's best still agrees (3 bf16 ulps at the logits' scale, 8-16).
-TIE = 0.2
-# NOTE: SGLang sizes the mamba state pool from free host memory (5 GB here) by default
-ARGS = ("--attention-backend", "torch_native", "--max-mamba-cache-size", "64", "--sleep-on-idle")
 # NOTE: 10 MiB: the tiny tables' rows all fit; the cache is exercised, not its eviction
 RAM_CACHE_GB = "0.01"
 ROWS = "sglang:engram_rows_requested_total"
@@ -119,64 +120,13 @@ def servers(checkpoint, ple_less, ssd_dir, tmp_path_factory) -> Iterator[dict[st
         yield {name: future.result() for name, future in started.items()}
 
 
-def _prompts(rng: random.Random, n: int, lo: int = 6, hi: int = 60) -> list[list[int]]:
-    """Random ordinary token ids (past the specials); every other prompt has an EOS inside,
-    where the PLE n-gram windows restart."""
-    prompts = []
-    for i in range(n):
-        ids = [rng.randrange(3, 2000) for _ in range(rng.randint(lo, hi))]
-        if i % 2:
-            ids[rng.randrange(1, len(ids) - 1)] = EOS
-        prompts.append(ids)
-    return prompts
-
-
-def _prefill_logprobs(url: str, ids: list[int], start: int) -> list[tuple[float, float]]:
-    """For each token from position ``start`` (>= 1) on: (its log-probability given the
-    tokens before it, the best log-probability there), from one prefill of ``ids``."""
-    status, out = post(
-        url,
-        "/generate",
-        {
-            "input_ids": ids,
-            "sampling_params": {"temperature": 0.0, "max_new_tokens": 1},
-            "return_logprob": True,
-            # NOTE: SGLang gives the first token of the window no log-probability
-            "logprob_start_len": start - 1,
-            "top_logprobs_num": 1,
-        },
-    )
-    assert status == 200, out
-    meta = out["meta_info"]
-    tokens, tops = meta["input_token_logprobs"][1:], meta["input_top_logprobs"][1:]
-    assert [t[1] for t in tokens] == ids[start:]
-    return [(tok[0], top[0][0]) for tok, top in zip(tokens, tops, strict=True)]
-
-
-def _gaps(url: str, prompts: list[list[int]], served: list[list[int]]) -> list[float]:
-    """Teacher-forced on the server at ``url``: best minus served log-probability at each
-    served token's position, over all the prompts."""
-    gaps = []
-    for prompt, tokens in zip(prompts, served, strict=True):
-        pairs = _prefill_logprobs(url, [*prompt, *tokens], len(prompt))
-        gaps += [best - got for got, best in pairs]
-    return gaps
-
-
 def _serve_all(url: str, prompts: list[list[int]]) -> list[list[int]]:
     return [generate_ids(url, p, NEW_TOKENS) for p in prompts]
 
 
-def _assert_agree(name: str, gaps: list[float]) -> None:
-    exact = sum(g <= 1e-6 for g in gaps)
-    print(f"{name}: {exact}/{len(gaps)} exact, worst gap {max(gaps):.3f}")
-    assert max(gaps) <= TIE, (name, gaps)
-    assert exact >= 0.8 * len(gaps), (name, gaps)
-
-
 def test_hbm_serves_what_its_teacher_forced_pass_computes(servers):
     hbm = servers["hbm"]
-    prompts = _prompts(random.Random(), 6)
+    prompts = random_prompts(random.Random(), 6)
     begin = time.monotonic()
     served = _serve_all(hbm.url, prompts)
     elapsed = time.monotonic() - begin
@@ -184,7 +134,7 @@ def test_hbm_serves_what_its_teacher_forced_pass_computes(servers):
         f"qwen4_exp CPU engine: startup {hbm.startup_s:.0f} s (five at once), "
         f"{len(prompts) * NEW_TOKENS / elapsed:.1f} tok/s one request at a time"
     )
-    _assert_agree("hbm vs itself", _gaps(hbm.url, prompts, served))
+    assert_agree("hbm vs itself", teacher_forced_gaps(hbm.url, prompts, served))
     assert len({tuple(s) for s in served}) > 1  # not one constant continuation
     log = hbm.log.read_text()
     # the CPU-safe resolution (the plugin's hook) and upstream's device table on a CPU
@@ -195,17 +145,17 @@ def test_hbm_serves_what_its_teacher_forced_pass_computes(servers):
 @pytest.mark.parametrize("placement", ["dram", "ssd"])
 def test_placement_serves_what_hbm_computes(servers, placement):
     # NOTE: prompts up to 2 * CHUNK tokens: the ssd server prefills some in chunks
-    prompts = _prompts(random.Random(), 6, hi=2 * CHUNK)
+    prompts = random_prompts(random.Random(), 6, hi=2 * CHUNK)
     served = _serve_all(servers[placement].url, prompts)
-    _assert_agree(f"{placement} on hbm", _gaps(servers["hbm"].url, prompts, served))
+    assert_agree(f"{placement} on hbm", teacher_forced_gaps(servers["hbm"].url, prompts, served))
 
 
 def test_ssd_chunked_prefill_gives_hbm_whole_prefill(servers):
     ssd, hbm = servers["ssd"], servers["hbm"]
     worst = 0.0
-    for prompt in _prompts(random.Random(), 3, lo=3 * CHUNK + 5, hi=5 * CHUNK):
-        whole = _prefill_logprobs(hbm.url, prompt, 1)
-        split = _prefill_logprobs(ssd.url, prompt, 1)
+    for prompt in random_prompts(random.Random(), 3, lo=3 * CHUNK + 5, hi=5 * CHUNK):
+        whole = prefill_logprobs(hbm.url, prompt, 1)
+        split = prefill_logprobs(ssd.url, prompt, 1)
         worst = max(worst, *(abs(a[0] - b[0]) for a, b in zip(whole, split, strict=True)))
     print(f"ssd, {CHUNK}-token chunks vs hbm whole: worst log-probability difference {worst:.3f}")
     assert worst <= TIE
@@ -213,10 +163,10 @@ def test_ssd_chunked_prefill_gives_hbm_whole_prefill(servers):
 
 
 def test_off_serves_the_model_without_ple(servers):
-    prompts = _prompts(random.Random(), 4)
+    prompts = random_prompts(random.Random(), 4)
     served = _serve_all(servers["off"].url, prompts)
-    _assert_agree("off on ple-less", _gaps(servers["ple-less"].url, prompts, served))
-    on_hbm = _gaps(servers["hbm"].url, prompts, served)
+    assert_agree("off on ple-less", teacher_forced_gaps(servers["ple-less"].url, prompts, served))
+    on_hbm = teacher_forced_gaps(servers["hbm"].url, prompts, served)
     print(f"off on hbm: {sum(g > TIE for g in on_hbm)}/{len(on_hbm)} tokens disagree")
     assert sum(g > TIE for g in on_hbm) >= 0.2 * len(on_hbm), on_hbm
     assert not any(k.startswith(ROWS) and v for k, v in metrics(servers["off"].url).items())
@@ -227,7 +177,7 @@ def test_ssd_table_is_converted_read_and_counted(servers, checkpoint, ssd_dir):
     assert ple.layer_ids
     assert sorted(p.name for p in ssd_dir.iterdir()) == [f"layer{i}" for i in ple.layer_ids]
     url = servers["ssd"].url
-    prompts = _prompts(random.Random(), 3, hi=2 * CHUNK)
+    prompts = random_prompts(random.Random(), 3, hi=2 * CHUNK)
     before = settled_metrics(url, labelled=True)
     _serve_all(url, prompts)
     # each request looks up its prompt, then every new token but the last, at every PLE
