@@ -109,7 +109,7 @@ def test_decode_off_serves_the_prefill_token_then_the_model_without_ple(pd):
     assert [s[:1] for s in served] == single
     gaps = teacher_forced_gaps(pd.hbm, prompts, served)
     print(f"PD, decode off, on hbm: {sum(g > TIE for g in gaps)}/{len(gaps)} tokens disagree")
-    assert any(g > TIE for g in gaps), gaps
+    assert sum(g > TIE for g in gaps) >= 0.2 * len(gaps), gaps
     prefill, decode_off = ((pd.logs / f"{n}.log").read_text() for n in ("prefill", "decode_off"))
     assert "Engram placement for this prefill worker: hbm" in prefill
     assert "Engram placement for this decode worker: off" in decode_off
