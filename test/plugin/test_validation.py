@@ -8,10 +8,10 @@ import shutil
 import pytest
 from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.args.startup_checks import (
-    OFF_ON_PREFILL_WARNING,
     EngramStartupError,
     check_hot_cache_fits,
     check_startup,
+    off_warning,
 )
 
 from engram.spec import EngramSpec
@@ -110,11 +110,12 @@ def test_offload_on_a_model_without_engram_warns_once(tmp_path, caplog):
     assert "serving it normally" in warnings[0].getMessage()
 
 
-def test_off_on_a_prefill_worker_says_what_is_lost(model_dir, caplog):
+@pytest.mark.parametrize("role,name", [("prefill", "prefill worker"), ("null", "single server")])
+def test_off_where_prompts_are_processed_says_what_is_lost(model_dir, caplog, role, name):
     with caplog.at_level(logging.WARNING):
-        check_startup(EngramServerConfig(offload="off", role="prefill"), model_path=model_dir)
-    assert OFF_ON_PREFILL_WARNING in caplog.text
-    assert "without the model's n-gram memory" in OFF_ON_PREFILL_WARNING
+        check_startup(EngramServerConfig(offload="off", role=role), model_path=model_dir)
+    assert f"--engram-offload off on a {name}: " in caplog.text
+    assert "without the model's n-gram memory" in off_warning(name)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         check_startup(EngramServerConfig(offload="off", role="decode"), model_path=model_dir)

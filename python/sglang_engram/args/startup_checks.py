@@ -22,12 +22,16 @@ from sglang_engram.models.family import HfConfig, ModelFamily
 
 logger = logging.getLogger(__name__)
 
-OFF_ON_PREFILL_WARNING = (
-    "--engram-offload off on a prefill worker: the Engram tables are not loaded, so "
-    "every prompt is processed without the model's n-gram memory and the KV cache "
-    "handed to decode differs from what the trained model computes (lower quality "
-    "output). Use off on decode workers only, or hbm/dram/ssd here."
-)
+
+def off_warning(role_name: str) -> str:
+    """What ``off`` costs where a prompt's KV cache is computed: a prefill worker or a
+    single server."""
+    return (
+        f"--engram-offload off on a {role_name}: the n-gram tables are not loaded, so every "
+        "prompt is processed without the model's n-gram memory and the KV cache differs from "
+        "what the trained model computes (lower quality output). Use off on decode workers "
+        "only, or hbm/dram/ssd here."
+    )
 
 
 class EngramStartupError(EngramConfigError):
@@ -76,8 +80,8 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
         )
     elif config.hot_cache_gb:
         check_hot_cache_fits(config.hot_cache_gb, free_gpu_bytes())
-    if config.role == "prefill" and not config.enabled:
-        logger.warning(OFF_ON_PREFILL_WARNING)
+    if config.role != "decode" and not config.enabled:
+        logger.warning(off_warning(config.role_name))
 
 
 def _ignored_flags(

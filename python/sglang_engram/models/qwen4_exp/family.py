@@ -124,7 +124,10 @@ class Qwen4Exp(ModelFamily):
         if config.offload == "hbm":
             return f"{UPSTREAM_EMBEDDING} (device table)"
         if config.offload == "dram":
-            return f"{UPSTREAM_EMBEDDING} (Qwen4ExpPinnedHostEmbedding, pinned host table)"
+            return (
+                f"{UPSTREAM_EMBEDDING} (Qwen4ExpPinnedHostEmbedding, pinned host table; on "
+                "SGLang's CPU engine its table in host memory)"
+            )
         return OUR_TABLES
 
     def table_shards(self, hf_config: HfConfig, tp_size: int) -> list[TableShard]:
