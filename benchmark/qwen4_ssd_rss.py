@@ -1,5 +1,6 @@
 """Peak memory of a ``qwen4_exp`` server start whose PLE table is far larger than its RAM
-cache: ``--engram-offload ssd`` against ``hbm`` (upstream's table in host memory on the
+cache: ``--engram-offload ssd`` (the server's default reader, mmap, and ``ssd-direct``:
+``--engram-ssd-read direct``) against ``hbm`` (upstream's table in host memory on the
 CPU engine) and ``off``.
 
 Writes (or reuses) a tiny random Qwen3.8-Flash-Next checkpoint with one PLE table of
@@ -8,9 +9,11 @@ with ``python -m engram.convert`` (timed), then starts real SGLang CPU servers o
 another, each sampled every ``--every-s`` seconds from launch through healthy and
 ``--requests`` greedy requests: the RSS of the server's whole process tree (launcher,
 scheduler, detokenizer), and its anonymous part (RSS less file-backed and shared
-pages: mapped table files and checkpoint pages count in RSS, not there). Prints per
-placement the peak RSS, peak anonymous RSS and start time; what ``ssd`` and ``hbm`` add
-over ``off`` at the peak, as a share of the table; and a last line of JSON.
+pages). Mapped file pages count in RSS (clean page cache the kernel can take back, but
+RSS all the same), so at each new peak the largest mappings are read per process and
+file. Prints per config the peak RSS, peak anonymous RSS and start time; what each adds
+over ``off`` at the peak, as a share of the table; where the RSS near the peak sits;
+and a last line of JSON.
 
     python benchmark/qwen4_ssd_rss.py --table-gib 4
 """
@@ -38,7 +41,13 @@ from engram.cli import Parser, RawDescriptionFormatter, directory, number, run  
 from engram.errors import EngramInputError, EngramRunError  # noqa: E402
 from engram.files import GIB  # noqa: E402
 
-PLACEMENTS = ("ssd", "hbm", "off")
+# config -> (--engram-offload, --engram-ssd-read or None for the server's default, mmap)
+CONFIGS = {
+    "ssd": ("ssd", None),
+    "ssd-direct": ("ssd", "direct"),
+    "hbm": ("hbm", None),
+    "off": ("off", None),
+}
 # NOTE: as test/serving/test_qwen4_cpu.py serves the tiny qwen4_exp: SGLang sizes the
 # mamba state pool from free host memory unless told.
 QWEN4_CPU_ARGS = ("--attention-backend", "torch_native", "--max-mamba-cache-size", "64")
@@ -48,6 +57,7 @@ HEADS = 16
 SHARDS = 64
 VOCAB = 2000
 PROMPT_TOKENS, NEW_TOKENS = 64, 16
+ATTRIBUTE_STEP = 128 << 20  # NOTE: RSS growth between two reads of every process's mappings
 SERVER_GIB = 3.0  # NOTE: a tiny qwen4_exp CPU server besides its table (measured ~2.5)
 
 
@@ -92,31 +102,38 @@ def convert(checkpoint: Path, ssd_dir: Path) -> float:
     return time.monotonic() - start
 
 
-def placement_args(placement: str, ssd_dir: Path, ram_cache_gb: float) -> list[str]:
+def placement_args(config: str, ssd_dir: Path, ram_cache_gb: float) -> list[str]:
+    placement, reader = CONFIGS[config]
     flags = ["--engram-offload", placement]
     if placement == "ssd":
         flags += ["--engram-ssd-dir", str(ssd_dir), "--engram-ram-cache-gb", f"{ram_cache_gb:g}"]
-    return flags
+    return flags + (["--engram-ssd-read", reader] if reader else [])
 
 
 class TreeMemory:
     """RSS and anonymous RSS of the server launched with ``--port port`` and every process
-    under it (found by its command line, from before it starts listening)."""
+    under it (found by its command line, from before it starts listening); at each new
+    peak (``ATTRIBUTE_STEP`` above the last), which mappings hold its RSS."""
 
     def __init__(self, port: int) -> None:
         self.port = port
         self.root: psutil.Process | None = None
+        self.attributed_at = 0
+        self.mappings_at_peak: dict[str, float] = {}
 
     def __call__(self) -> dict[str, float]:
         if self.root is None:
             self.root = self._find()
             if self.root is None:
                 return {}
+        procs = [self.root, *self.root.children(recursive=True)]
         rss = anon = 0
-        for p in [self.root, *self.root.children(recursive=True)]:
+        for p in procs:
             with contextlib.suppress(psutil.Error):
                 m = p.memory_info()
                 rss, anon = rss + m.rss, anon + m.rss - m.shared
+        if rss > self.attributed_at + ATTRIBUTE_STEP:
+            self.attributed_at, self.mappings_at_peak = rss, _largest_mappings(procs)
         return {"rss": rss, "anon": anon}
 
     def _find(self) -> psutil.Process | None:
@@ -127,6 +144,19 @@ class TreeMemory:
         return None
 
 
+def _largest_mappings(procs: list[psutil.Process], top: int = 6) -> dict[str, float]:
+    """GiB of RSS per process name and mapped file (anonymous memory as ``[anon]``)."""
+    held: dict[str, int] = {}
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            name = p.name()
+            for m in p.memory_maps():
+                key = f"{name} {m.path if m.path.startswith('/') else '[anon]'}"
+                held[key] = held.get(key, 0) + m.rss
+    largest = sorted(held.items(), key=lambda kv: -kv[1])[:top]
+    return {key: round(rss / GIB, 3) for key, rss in largest}
+
+
 def serve_and_sample(
     placement: str, checkpoint: Path, flags: list[str], args: argparse.Namespace
 ) -> dict:
@@ -134,7 +164,8 @@ def serve_and_sample(
     from test.serving.server import free_port, generate_ids, sglang_server
 
     port = free_port()
-    sampler = Sampler(args.every_s, TreeMemory(port))
+    memory = TreeMemory(port)
+    sampler = Sampler(args.every_s, memory)
     rng = random.Random(args.seed)
     log = args.work / f"{placement}.server.log"
     start = time.monotonic()
@@ -159,6 +190,7 @@ def serve_and_sample(
         "peak_rss_to_healthy_gib": max(r["rss"] for r in to_healthy) / GIB,
         "start_s": healthy_s,
         "samples": len(rows),
+        "largest_mappings_at_peak_gib": memory.mappings_at_peak,
         "log": str(log),
     }
 
@@ -188,7 +220,7 @@ def _existing(path: Path) -> Path:
 def summarise(results: dict, table_gib: float, ram_cache_gb: float) -> dict:
     summary: dict = {"table_gib": round(table_gib, 4), "ram_cache_gib": ram_cache_gb}
     off = results.get("off")
-    for name in ("ssd", "hbm"):
+    for name in [n for n in CONFIGS if n != "off"]:
         if off and name in results:
             extra = results[name]["peak_rss_gib"] - off["peak_rss_gib"]
             summary[f"{name}_minus_off_peak_rss_gib"] = round(extra, 4)
@@ -212,11 +244,22 @@ def print_table(summary: dict) -> None:
     for name, r in summary["placements"].items():
         print(f"{name:<10}{r['peak_rss_gib']:>14.3f}{r['peak_anon_gib']:>15.3f}"
               f"{r['peak_rss_to_healthy_gib']:>16.3f}{r['start_s']:>9.1f}")  # fmt: skip
-    for name in ("ssd", "hbm"):
+    for name in [n for n in CONFIGS if n != "off"]:
         if f"{name}_minus_off_peak_rss_gib" in summary:
             print(f"{name} peak RSS minus off: {summary[f'{name}_minus_off_peak_rss_gib']:+.3f} GiB "
                   f"= {100 * summary[f'{name}_minus_off_share_of_table']:.1f} % of the table "
                   f"(anonymous {summary[f'{name}_minus_off_peak_anon_gib']:+.3f} GiB)")  # fmt: skip
+    for name, r in summary["placements"].items():
+        held = ", ".join(
+            f"{_short(key)} {gib:.2f}" for key, gib in r["largest_mappings_at_peak_gib"].items()
+        )
+        print(f"{name}: largest mappings near the peak (GiB over the tree): {held}")
+
+
+def _short(key: str) -> str:
+    """``process /dir/file`` as ``process file``."""
+    name, _, path = key.partition(" ")
+    return f"{name} {Path(path).name}"
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -226,7 +269,11 @@ def measure(args: argparse.Namespace) -> int:
     checkpoint, written_s = write_checkpoint(args.work / stem, args.table_gib, args.seed)
     table_gib = table_bytes(checkpoint) / GIB
     ssd_dir = args.work / f"{stem}-ssd"
-    convert_s = convert(checkpoint, ssd_dir) if "ssd" in args.placements else None
+    convert_s = (
+        convert(checkpoint, ssd_dir)
+        if any(CONFIGS[n][0] == "ssd" for n in args.placements)
+        else None
+    )
     print(f"checkpoint {checkpoint} ({table_gib:.3f} GiB table, written in {written_s:.0f} s), "
           f"converted in {convert_s if convert_s is None else round(convert_s, 1)} s", flush=True)  # fmt: skip
     results = {}
@@ -245,9 +292,9 @@ def measure(args: argparse.Namespace) -> int:
 
 def _placements(text: str) -> tuple[str, ...]:
     names = tuple(n for n in text.split(",") if n)
-    if not names or any(n not in PLACEMENTS for n in names):
+    if not names or any(n not in CONFIGS for n in names):
         raise argparse.ArgumentTypeError(
-            f"must be a comma list of {', '.join(PLACEMENTS)}, not {text!r}"
+            f"must be a comma list of {', '.join(CONFIGS)}, not {text!r}"
         )
     if len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"names a placement twice: {text!r}")
@@ -261,7 +308,7 @@ def _parser() -> Parser:
                         help="the PLE table's size in GiB")  # fmt: skip
     parser.add_argument("--ram-cache-gb", type=number(float, above=0), default=0.25,
                         help="the ssd placement's --engram-ram-cache-gb")  # fmt: skip
-    parser.add_argument("--placements", type=_placements, default=",".join(PLACEMENTS),
+    parser.add_argument("--placements", type=_placements, default=",".join(CONFIGS),
                         help="comma list, started one after another in this order")  # fmt: skip
     parser.add_argument("--requests", type=number(int, at_least=0), default=4,
                         help=f"greedy requests per server once healthy ({PROMPT_TOKENS} "
