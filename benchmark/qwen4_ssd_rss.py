@@ -11,7 +11,9 @@ another, each sampled every ``--every-s`` seconds from launch through healthy an
 scheduler, detokenizer), and its anonymous part (RSS less file-backed and shared
 pages). Mapped file pages count in RSS (clean page cache the kernel can take back, but
 RSS all the same), so at each new peak the largest mappings are read per process and
-file. Prints per config the peak RSS, peak anonymous RSS and start time; what each adds
+file; how many a read maps depends on what the page cache holds (read-ahead, large
+folios), so before each start the checkpoint and table files are read through
+(``--page-cache warm``: as just downloaded and converted), or evicted. Prints per config the peak RSS, peak anonymous RSS and start time; what each adds
 over ``off`` at the peak, as a share of the table; where the RSS near the peak sits;
 and a last line of JSON.
 
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmark"))
 
 from soak_resources import Sampler  # noqa: E402
+from tiers_report import drop_page_cache, resident_fraction, table_files  # noqa: E402
 
 from engram.cli import Parser, RawDescriptionFormatter, directory, number, run  # noqa: E402
 from engram.errors import EngramInputError, EngramRunError  # noqa: E402
@@ -100,6 +103,20 @@ def convert(checkpoint: Path, ssd_dir: Path) -> float:
            "--out", str(ssd_dir), "--quiet"]  # fmt: skip
     subprocess.run(cmd, check=True)
     return time.monotonic() - start
+
+
+def set_page_cache(files: list[Path], mode: str) -> float:
+    """The files read through (``warm``: as just downloaded or converted), evicted
+    (``cold``) or left (``as-is``) before a start; the share of them then cached."""
+    if mode == "cold":
+        drop_page_cache(files)
+    elif mode == "warm":
+        buffer = bytearray(16 << 20)
+        for path in files:
+            with open(path, "rb", buffering=0) as f:
+                while f.readinto(buffer):
+                    pass
+    return resident_fraction(files)
 
 
 def placement_args(config: str, ssd_dir: Path, ram_cache_gb: float) -> list[str]:
@@ -277,13 +294,20 @@ def measure(args: argparse.Namespace) -> int:
     print(f"checkpoint {checkpoint} ({table_gib:.3f} GiB table, written in {written_s:.0f} s), "
           f"converted in {convert_s if convert_s is None else round(convert_s, 1)} s", flush=True)  # fmt: skip
     results = {}
+    files = [checkpoint / "model.safetensors", *table_files(ssd_dir)]
     for name in args.placements:
         flags = placement_args(name, ssd_dir, args.ram_cache_gb)
-        print(f"[{name}] starting server: {' '.join(flags)}", flush=True)
-        results[name] = serve_and_sample(name, checkpoint, flags, args)
+        cached = set_page_cache(files, args.page_cache)
+        print(f"[{name}] starting server ({cached:.0%} of the checkpoint and table files "
+              f"in the page cache): {' '.join(flags)}", flush=True)  # fmt: skip
+        results[name] = serve_and_sample(name, checkpoint, flags, args) | {"page_cached": cached}
         print(f"[{name}] {json.dumps(results[name])}", flush=True)
     summary = summarise(results, table_gib, args.ram_cache_gb)
-    summary |= {"checkpoint_write_s": round(written_s, 1), "convert_s": convert_s}
+    summary |= {
+        "checkpoint_write_s": round(written_s, 1),
+        "convert_s": convert_s,
+        "page_cache": args.page_cache,
+    }
     print_table(summary)
     (args.work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary))
