@@ -39,10 +39,11 @@ sys.path.insert(0, str(ROOT / "benchmark"))
 
 from soak_resources import Sampler  # noqa: E402
 from tiers_report import drop_page_cache, resident_fraction, table_files  # noqa: E402
+from tree_memory import TreeMemory, short_key  # noqa: E402
 
 from engram.cli import Parser, RawDescriptionFormatter, directory, number, run  # noqa: E402
 from engram.errors import EngramInputError, EngramRunError  # noqa: E402
-from engram.files import GIB  # noqa: E402
+from engram.files import GIB, nearest_existing  # noqa: E402
 
 # config -> (--engram-offload, --engram-ssd-read or None for the server's default, mmap)
 CONFIGS = {
@@ -60,7 +61,6 @@ HEADS = 16
 SHARDS = 64
 VOCAB = 2000
 PROMPT_TOKENS, NEW_TOKENS = 64, 16
-ATTRIBUTE_STEP = 128 << 20  # NOTE: RSS growth between two reads of every process's mappings
 SERVER_GIB = 3.0  # NOTE: a tiny qwen4_exp CPU server besides its table (measured ~2.5)
 
 
@@ -127,53 +127,6 @@ def placement_args(config: str, ssd_dir: Path, ram_cache_gb: float) -> list[str]
     return flags + (["--engram-ssd-read", reader] if reader else [])
 
 
-class TreeMemory:
-    """RSS and anonymous RSS of the server launched with ``--port port`` and every process
-    under it (found by its command line, from before it starts listening); at each new
-    peak (``ATTRIBUTE_STEP`` above the last), which mappings hold its RSS."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.root: psutil.Process | None = None
-        self.attributed_at = 0
-        self.mappings_at_peak: dict[str, float] = {}
-
-    def __call__(self) -> dict[str, float]:
-        if self.root is None:
-            self.root = self._find()
-            if self.root is None:
-                return {}
-        procs = [self.root, *self.root.children(recursive=True)]
-        rss = anon = 0
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                m = p.memory_info()
-                rss, anon = rss + m.rss, anon + m.rss - m.shared
-        if rss > self.attributed_at + ATTRIBUTE_STEP:
-            self.attributed_at, self.mappings_at_peak = rss, _largest_mappings(procs)
-        return {"rss": rss, "anon": anon}
-
-    def _find(self) -> psutil.Process | None:
-        for p in psutil.process_iter(["cmdline"]):
-            cmd = p.info["cmdline"] or []
-            if "sglang.launch_server" in cmd and str(self.port) in cmd:
-                return p
-        return None
-
-
-def _largest_mappings(procs: list[psutil.Process], top: int = 6) -> dict[str, float]:
-    """GiB of RSS per process name and mapped file (anonymous memory as ``[anon]``)."""
-    held: dict[str, int] = {}
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            name = p.name()
-            for m in p.memory_maps():
-                key = f"{name} {m.path if m.path.startswith('/') else '[anon]'}"
-                held[key] = held.get(key, 0) + m.rss
-    largest = sorted(held.items(), key=lambda kv: -kv[1])[:top]
-    return {key: round(rss / GIB, 3) for key, rss in largest}
-
-
 def serve_and_sample(
     placement: str, checkpoint: Path, flags: list[str], args: argparse.Namespace
 ) -> dict:
@@ -213,25 +166,19 @@ def serve_and_sample(
 
 
 def check_room(args: argparse.Namespace) -> None:
-    need = SERVER_GIB + (2 * args.table_gib if "hbm" in args.placements else 1.0)
+    need = SERVER_GIB + (args.table_gib if "hbm" in args.placements else 0.5)
     have = psutil.virtual_memory().available / GIB
     if need > have:
         raise EngramInputError(
             f"{', '.join(args.placements)} need about {need:.1f} GiB of memory, "
             f"{have:.1f} GiB is available; give a smaller --table-gib or leave out hbm"
         )
-    disk = psutil.disk_usage(str(_existing(args.work))).free / GIB
+    disk = psutil.disk_usage(str(nearest_existing(args.work))).free / GIB
     if 2.2 * args.table_gib > disk:
         raise EngramInputError(
             f"the checkpoint and its SSD table need about {2.2 * args.table_gib:.1f} GiB "
             f"under {args.work}, {disk:.1f} GiB is free"
         )
-
-
-def _existing(path: Path) -> Path:
-    while not path.exists():
-        path = path.parent
-    return path
 
 
 def summarise(results: dict, table_gib: float, ram_cache_gb: float) -> dict:
@@ -268,15 +215,9 @@ def print_table(summary: dict) -> None:
                   f"(anonymous {summary[f'{name}_minus_off_peak_anon_gib']:+.3f} GiB)")  # fmt: skip
     for name, r in summary["placements"].items():
         held = ", ".join(
-            f"{_short(key)} {gib:.2f}" for key, gib in r["largest_mappings_at_peak_gib"].items()
+            f"{short_key(key)} {gib:.2f}" for key, gib in r["largest_mappings_at_peak_gib"].items()
         )
         print(f"{name}: largest mappings near the peak (GiB over the tree): {held}")
-
-
-def _short(key: str) -> str:
-    """``process /dir/file`` as ``process file``."""
-    name, _, path = key.partition(" ")
-    return f"{name} {Path(path).name}"
 
 
 def measure(args: argparse.Namespace) -> int:
