@@ -13,8 +13,10 @@ pages). Mapped file pages count in RSS (clean page cache the kernel can take bac
 RSS all the same), so at each new peak the largest mappings are read per process and
 file; how many a read maps depends on what the page cache holds (read-ahead, large
 folios), so before each start the checkpoint and table files are read through
-(``--page-cache warm``: as just downloaded and converted), or evicted. Prints per config the peak RSS, peak anonymous RSS and start time; what each adds
-over ``off`` at the peak, as a share of the table; where the RSS near the peak sits;
+(``--page-cache warm``: as just downloaded and converted), or evicted.
+
+Prints per config the peak RSS, peak anonymous RSS and start time; what each adds over
+``off`` at the peak, as a share of the table; where the RSS near the peak sits;
 and a last line of JSON.
 
     python benchmark/qwen4_ssd_rss.py --table-gib 4
@@ -280,6 +282,10 @@ def _parser() -> Parser:
                         f"prompt + {NEW_TOKENS} new tokens)")  # fmt: skip
     parser.add_argument("--every-s", type=number(float, at_least=0.05), default=0.2,
                         help="seconds between memory samples")  # fmt: skip
+    parser.add_argument("--page-cache", choices=("warm", "cold", "as-is"), default="warm",
+                        help="before each start, the checkpoint and table files read through "
+                        "(as just downloaded and converted: mapped pages count most), "
+                        "evicted, or left as they are")  # fmt: skip
     parser.add_argument(
         "--seed", type=number(int, at_least=0), default=0, help="weights and prompts"
     )
