@@ -40,7 +40,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmark"))
 
 from soak_resources import Sampler  # noqa: E402
-from tiers_report import drop_page_cache, resident_fraction, table_files  # noqa: E402
 from tree_memory import TreeMemory, short_key  # noqa: E402
 
 from engram.cli import Parser, RawDescriptionFormatter, directory, number, run  # noqa: E402
@@ -110,6 +109,8 @@ def convert(checkpoint: Path, ssd_dir: Path) -> float:
 def set_page_cache(files: list[Path], mode: str) -> float:
     """The files read through (``warm``: as just downloaded or converted), evicted
     (``cold``) or left (``as-is``) before a start; the share of them then cached."""
+    from tiers_report import drop_page_cache, resident_fraction
+
     if mode == "cold":
         drop_page_cache(files)
     elif mode == "warm":
@@ -237,6 +238,8 @@ def measure(args: argparse.Namespace) -> int:
     print(f"checkpoint {checkpoint} ({table_gib:.3f} GiB table, written in {written_s:.0f} s), "
           f"converted in {convert_s if convert_s is None else round(convert_s, 1)} s", flush=True)  # fmt: skip
     results = {}
+    from tiers_report import table_files  # NOTE: numpy and matplotlib: after the flags
+
     files = [checkpoint / "model.safetensors", *table_files(ssd_dir)]
     for name in args.placements:
         flags = placement_args(name, ssd_dir, args.ram_cache_gb)
