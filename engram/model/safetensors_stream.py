@@ -28,6 +28,7 @@ from engram.files import atomic_write
 DTYPES: dict[torch.dtype, tuple[str, int]] = {
     torch.bfloat16: ("BF16", 2),
     torch.float32: ("F32", 4),
+    torch.int64: ("I64", 8),
     torch.uint8: ("U8", 1),
     torch.float8_e4m3fn: ("F8_E4M3", 1),
     torch.float8_e8m0fnu: ("F8_E8M0", 1),

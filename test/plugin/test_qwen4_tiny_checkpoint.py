@@ -122,3 +122,28 @@ def test_cli_writes_a_checkpoint_and_refuses_bad_input_in_one_line(tmp_path):
         bad = subprocess.run([*CLI, *args], env=_env(), capture_output=True, text=True, timeout=300)
         assert bad.returncode == 2 and words in bad.stderr, bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
+def test_streamed_tables_hold_the_same_tensors_and_repeat_by_seed(tmp_path, monkeypatch):
+    from sglang_engram.models.qwen4_exp import tiny_weights
+
+    # NOTE: shards of several generator chunks each, without writing a table of GiB
+    monkeypatch.setattr(tiny_weights, "CHUNK_ROWS", random.randint(50, 300))
+    seed = random.randrange(1 << 20)
+    drawn = write_tiny_checkpoint(tmp_path / "drawn", seed=seed)
+    a, b, c = (
+        write_tiny_checkpoint(tmp_path / name, seed=s, stream_tables=True)
+        for name, s in (("a", seed), ("b", seed), ("c", seed + 1))
+    )
+    weights = [(d / "model.safetensors").read_bytes() for d in (a, b, c)]
+    assert weights[0] == weights[1] != weights[2]
+    with safe_open(drawn / "model.safetensors", "pt") as f, safe_open(a / "model.safetensors", "pt") as g:  # fmt: skip
+        assert sorted(f.keys()) == sorted(g.keys())
+        for name in f.keys():
+            x, y = f.get_tensor(name), g.get_tensor(name)
+            assert (x.shape, x.dtype) == (y.shape, y.dtype), name
+            if ".shard_" in name:
+                rows = y.float()
+                chunk = tiny_weights.CHUNK_ROWS
+                assert torch.isfinite(rows).all() and 12 < rows.std() < 20, name
+                assert not torch.equal(rows[:chunk], rows[chunk : 2 * chunk]), name

@@ -34,6 +34,7 @@ from safetensors.torch import save_file
 
 from engram.cli import Parser, directory, number, run
 from engram.errors import EngramConfigError
+from engram.model.safetensors_stream import write_safetensors
 from engram.model.tokenizer import EOS_TOKEN_ID, asset_bytes, tokenizer_config
 from engram.primes import is_prime
 
@@ -179,18 +180,25 @@ def write_tiny_checkpoint(
     ple_layer_ids: Sequence[int] = (2, 3),
     ngram_vocab_size_base: int = 200,
     split_ngram_parts: int = 8,
+    stream_tables: bool = False,
 ) -> Path:
     """Write the checkpoint directory ``out`` (``config.json`` last: an interrupted build
-    has none); returns ``out``."""
+    has none); returns ``out``. ``stream_tables``: the PLE tables written chunk by chunk,
+    never whole in memory (tables of many GiB; other values than the default's)."""
     options = TinyQwen4Options(
         ple_dtype, seed, tuple(ple_layer_ids), ngram_vocab_size_base, split_ngram_parts
     )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").unlink(missing_ok=True)
-    from sglang_engram.models.qwen4_exp.tiny_weights import draw_weights
+    from sglang_engram.models.qwen4_exp import tiny_weights
 
-    save_file(draw_weights(options), str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    if stream_tables:
+        tensors = tiny_weights.streamed_tensors(options)
+        write_safetensors(out / WEIGHTS_FILE, tensors, metadata={"format": "pt"})
+    else:
+        weights = tiny_weights.draw_weights(options)
+        save_file(weights, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     (out / "tokenizer.json").write_bytes(asset_bytes())
     tokenizer = tokenizer_config(_MAX_POSITIONS)
     (out / "tokenizer_config.json").write_text(

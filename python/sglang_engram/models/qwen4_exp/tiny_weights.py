@@ -1,13 +1,18 @@
 """The tiny ``qwen4_exp`` checkpoint's tensors: names and shapes as the released
-checkpoint has them, values drawn from one seeded generator in sorted-name order."""
+checkpoint has them, values drawn from one seeded generator in sorted-name order
+(``draw_weights``), or, for PLE tables larger than memory, each table shard streamed
+chunk by chunk from generators of its own (``streamed_tensors``)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from engram.model.safetensors_stream import StreamedTensor
 from sglang_engram.models.qwen4_exp import tiny_checkpoint as tc
 
 # NOTE: Gemma-style norms scale by (1 + weight), so their weights sit near 0; projections
@@ -18,7 +23,39 @@ CONV_STD = 0.5
 FP8_ROW_STD = 16.0
 FP8_MAX = 448.0
 LOGIT_SCALE = 4.0
+CHUNK_ROWS = 1 << 20  # rows per generator of a streamed shard: fixed, so bytes are too
 Draw = Callable[[torch.Generator], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TableShard:
+    """One row shard of a PLE table: normal values, times ``FP8_ROW_STD`` and clamped for
+    e4m3 (the table's ``weight_scale`` brings them back near 1), or bf16."""
+
+    shape: tuple[int, int]
+    fp8: bool
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float8_e4m3fn if self.fp8 else torch.bfloat16
+
+    def __call__(self, g: torch.Generator) -> torch.Tensor:
+        return self._values(torch.randn(self.shape, generator=g))
+
+    def chunks(self, seed: int, key: int) -> Iterator[np.ndarray]:
+        """The shard's bytes, ``CHUNK_ROWS`` rows at a time, each chunk from a generator
+        seeded by ``(seed, key, chunk)``: never whole in memory."""
+        rows, width = self.shape
+        for index, start in enumerate(range(0, rows, CHUNK_ROWS)):
+            state = np.random.SeedSequence((seed, key, index)).generate_state(1, np.uint64)
+            g = torch.Generator().manual_seed(int(state[0]))
+            normal = torch.randn((min(CHUNK_ROWS, rows - start), width), generator=g)
+            yield self._values(normal).view(torch.uint8).numpy()
+
+    def _values(self, normal: torch.Tensor) -> torch.Tensor:
+        if not self.fp8:
+            return normal.to(torch.bfloat16)
+        return (normal * FP8_ROW_STD).clamp_(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
 
 
 def _normal(shape: tuple[int, ...], std: float, mean: float = 0.0, dtype=torch.bfloat16) -> Draw:
@@ -110,12 +147,7 @@ def _ple(prefix: str, options: tc.TinyQwen4Options, ple_index: int) -> dict[str,
     }
     for k in range(options.split_ngram_parts):
         shape = (min(step, rows - k * step), row_width)
-        if options.ple_dtype == "bf16":
-            specs[f"{table}.shard_{k}.weight"] = _normal(shape, 1.0)
-        else:
-            specs[f"{table}.shard_{k}.weight"] = lambda g, s=shape: (
-                (torch.randn(s, generator=g) * FP8_ROW_STD).clamp(-FP8_MAX, FP8_MAX)
-            ).to(torch.float8_e4m3fn)
+        specs[f"{table}.shard_{k}.weight"] = TableShard(shape, options.ple_dtype == "fp8")
     if options.ple_dtype == "fp8":
         # NOTE: a power of two times k/8 is exact in bf16, and never 1
         specs[f"{table}.weight_scale"] = lambda g: torch.tensor(
@@ -155,3 +187,20 @@ def draw_weights(options: tc.TinyQwen4Options) -> dict[str, torch.Tensor]:
     return {
         name: draw(generator).contiguous() for name, draw in sorted(weight_specs(options).items())
     }
+
+
+def streamed_tensors(options: tc.TinyQwen4Options) -> list[StreamedTensor]:
+    """The checkpoint's tensors in sorted-name order, for tables of many GiB: every other
+    tensor drawn from the one seeded generator (in memory: they are small), each table
+    shard streamed from generators of its own. NOTE: not ``draw_weights``' values (its
+    generator never draws the shards), but the same options give the same bytes."""
+    generator = torch.Generator().manual_seed(options.seed)
+    out, shards = [], 0
+    for name, draw in sorted(weight_specs(options).items()):
+        if isinstance(draw, TableShard):
+            chunks = lambda d=draw, key=shards: d.chunks(options.seed, key)  # noqa: E731
+            out.append(StreamedTensor(name, draw.dtype, draw.shape, chunks))
+            shards += 1
+        else:
+            out.append(StreamedTensor.of(name, draw(generator)))
+    return out
