@@ -164,16 +164,16 @@ def plot(
         ("/dev/shm (MiB; files)", ("shm_mib", "files")),
     ]
     fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(12, 16), sharex=True)
-    for ax, (label, suffix) in zip(axes, panels, strict=False):
+    for ax, (ylabel, suffix) in zip(axes, panels, strict=False):
         suffixes = suffix if isinstance(suffix, tuple) else (suffix,)
         series = sorted({k for _, r in rows for k in r if k.rsplit(" ", 1)[1] in suffixes})
         minutes = [(t - start) / 60 for t, _ in rows]
         for s in series:
             # NOTE: NaN where a series has no sample (a server restarting): a gap, no line
             values = [r.get(s, float("nan")) for _, r in rows]
-            label = s if len(suffixes) > 1 else s.rsplit(" ", 1)[0]
-            ax.plot(minutes, values, marker=".", label=label)
-        ax.set_ylabel(label)
+            name = s if len(suffixes) > 1 else s.rsplit(" ", 1)[0]
+            ax.plot(minutes, values, marker=".", label=name)
+        ax.set_ylabel(ylabel)
         if series:
             ax.legend(fontsize=7, ncol=3, loc="upper left")
     ax = axes[-1]
@@ -184,20 +184,23 @@ def plot(
     ax.set_ylabel("request wait (s)")
     ax.set_xlabel("minutes")
     ax.legend(fontsize=7, loc="upper left")
-    colors = {"kill": "tab:red", "stop": "tab:orange"}
+    # NOTE: one colour per component, solid for SIGKILL and dashed for SIGSTOP: a legend,
+    # not a label per fault (dozens of them overlap)
+    colors = {"prefill": "tab:red", "decode": "tab:blue", "router": "tab:gray"}
+    styles = {"kill": "-", "stop": "--"}
     for ax in axes:
         for f in faults:
-            ax.axvline((f["at"] - start) / 60, color=colors[f["kind"].split(":")[1]], lw=0.8)
-    for f in faults:
-        axes[0].annotate(
-            f["kind"],
-            ((f["at"] - start) / 60, 1.0),
-            xycoords=("data", "axes fraction"),
-            rotation=90,
-            fontsize=6,
-            va="top",
-        )
-    fig.suptitle(title + "  (red: SIGKILL, orange: SIGSTOP)")
+            component, signal_ = f["kind"].split(":")
+            at = (f["at"] - start) / 60
+            ax.axvline(at, color=colors[component], ls=styles[signal_], lw=0.7, alpha=0.7)
+    kinds = sorted({f["kind"] for f in faults})
+    handles = [
+        plt.Line2D([], [], color=colors[k.split(":")[0]], ls=styles[k.split(":")[1]], label=k)
+        for k in kinds
+    ]
+    if handles:
+        fig.legend(handles=handles, loc="upper right", ncol=len(handles), fontsize=8)
+    fig.suptitle(title, x=0.02, ha="left")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
