@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from engram.files import GIB, MIB
+from engram.row_formats import E4m3Ue8m0Rows
 from engram.ssd.ensure import ensure_table
 from engram.ssd.layout import DiskLayout
 
@@ -20,14 +22,18 @@ class SyntheticRows:
 
     def __init__(self, num_rows: int, head_dim: int = 256):
         self.num_rows, self.head_dim = num_rows, head_dim
+        self.row_format = E4m3Ue8m0Rows(head_dim)
 
-    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Packed rows ``[stop - start, row_bytes]`` (the ``RowSource`` contract)."""
         rng = np.random.default_rng(start)
         rows = stop - start
         # Clearing bit 3 keeps the e4m3 exponent below 15, so no byte is a NaN.
         weight = np.frombuffer(rng.bytes(rows * self.head_dim), dtype=np.uint8) & 0xF7
         scale = (np.frombuffer(rng.bytes(rows * self.head_dim // 32), dtype=np.uint8) & 7) + 124
-        return weight.reshape(rows, -1), scale.reshape(rows, -1)
+        return self.row_format.pack(
+            torch.from_numpy(weight.reshape(rows, -1)), torch.from_numpy(scale.reshape(rows, -1))
+        )
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "synthetic", "rows": self.num_rows, "head_dim": self.head_dim}
