@@ -1,0 +1,35 @@
+"""``benchmark/bench_lookup.py`` end to end on a tiny table: every figure the issue-23
+table quotes is in its last line of JSON, each a measured positive rate or ratio."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_a_tiny_run_reports_every_figure(tmp_path: Path) -> None:
+    cmd = [
+        sys.executable, str(REPO / "benchmark/bench_lookup.py"), "--table-gib", "0.02",
+        "--dir", str(tmp_path), "--compare-checks", "--repeats", "2", "--cold-repeats", "1",
+        "--step-rows", "384,3072", "--step-repeats", "3",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for batch in ("decode", "prefill"):
+        for kind in ("dram", "ssd_warm", "ssd_warm_first", "ssd_cold", "naive_cold"):
+            assert result[batch][kind] > 0, (batch, kind)
+        assert result["unchecked"][batch]["ssd_cold"] > 0
+    sizes = result["steps"]["sizes"]
+    assert set(sizes) == {"384", "3072"}
+    assert all(s["host_us_per_row"] > 0 and s["total_ms"] > 0 for s in sizes.values())
+    assert 0 <= result["prefetch_exposed_ratio"] <= 1
+    assert result["cold_resident_fraction"] < 0.01  # cold runs really read from the disk
+    assert list(tmp_path.iterdir()) == []  # the temporary table is gone
