@@ -1,8 +1,18 @@
-"""Shared pytest setup: GPU tests skip themselves where no CUDA/ROCm device exists."""
+"""Shared pytest setup: GPU tests skip themselves where no CUDA/ROCm device exists; the
+servers tests start stop without SGLang's crash-dump pause."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# NOTE: SGLang 0.5.23 sleeps 5 s whenever a server stops, to take py-spy and CUDA core dumps
+# of its schedulers (SGLANG_PYSPY_DUMP_BEFORE_CRASH and SGLANG_CUDA_COREDUMP_BEFORE_CRASH, on
+# by default); the tests stop dozens of servers and never read such dumps. Every server a
+# test starts (directly, through sweeps or through Ray) inherits this environment.
+os.environ.setdefault("SGLANG_PYSPY_DUMP_BEFORE_CRASH", "0")
+os.environ.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH", "0")
 
 
 def _has_gpu() -> bool:
