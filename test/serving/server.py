@@ -5,6 +5,7 @@ engine (``SGLANG_USE_CPU_ENGINE=1 --device cpu``, the plugin's ``sgl_kernel`` st
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -17,12 +18,22 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from sglang_engram.integration.kernel_standin import gpu_present
 
 # NOTE: SGLang's CPU engine sizes the KV pool at ~72 % of free host memory (15 GB
 # here, 30 s to allocate); the tests' prompts need a sliver of that, and several
 # servers share this machine.
 CPU_KV_TOKENS = 32768
+
+
+# NOTE: PD tests move the KV cache with mooncake, its TCP transport forced: this machine
+# has no RDMA device.
+TRANSFER = ("--disaggregation-transfer-backend", "mooncake_tcp")
+needs_mooncake = pytest.mark.skipif(
+    importlib.util.find_spec("mooncake") is None,
+    reason="no mooncake KV transfer (pip install -e '.[pd-cpu]' without a GPU)",
+)
 
 
 def free_port() -> int:

@@ -10,7 +10,6 @@ checked against the reference model teacher-forced on them: ``off`` decode is th
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import random
 import time
@@ -33,25 +32,19 @@ from test.serving.reference import (
     random_prompts,
 )
 from test.serving.server import (
+    TRANSFER,
     free_port,
     generate_ids,
     metrics,
+    needs_mooncake,
     post,
     settled_metrics,
     sglang_router,
     sglang_server,
 )
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("mooncake") is None,
-        reason="no mooncake KV transfer (pip install -e '.[pd-cpu]' without a GPU)",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_mooncake]
 
-# NOTE: mooncake with its TCP transport forced: this machine has no RDMA device.
-TRANSFER = ("--disaggregation-transfer-backend", "mooncake_tcp")
 # NOTE: three servers start at once on a shared 2-core machine; one alone takes ~60 s.
 START_S = 1800
 NEW_TOKENS = 24

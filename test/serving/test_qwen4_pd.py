@@ -11,7 +11,6 @@ reference: served tokens are teacher-forced on it.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import random
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,18 +28,17 @@ from test.serving.qwen4_served import (
     random_prompts,
     teacher_forced_gaps,
 )
-from test.serving.server import free_port, generate_ids, sglang_router, sglang_server
+from test.serving.server import (
+    TRANSFER,
+    free_port,
+    generate_ids,
+    needs_mooncake,
+    sglang_router,
+    sglang_server,
+)
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("mooncake") is None,
-        reason="no mooncake KV transfer (pip install -e '.[pd-cpu]' without a GPU)",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_mooncake]
 
-# NOTE: mooncake with its TCP transport forced: this machine has no RDMA device.
-TRANSFER = ("--disaggregation-transfer-backend", "mooncake_tcp")
 START_S = 900
 
 
