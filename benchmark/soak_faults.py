@@ -46,6 +46,7 @@ class Fault:
     kind: str
     at: float  # time.time() when the signal was sent
     members: dict[str, int]  # name -> pid it hit
+    down_at: float | None = None  # the cluster's state first showed a member not ready
     back_at: float | None = None  # every member running again (new process, registered)
     serving_at: float | None = None  # the first request sent after `at` that completed
     restarts: dict[str, int] = field(default_factory=dict)  # each member's, when it struck
@@ -63,6 +64,7 @@ class Fault:
             "kind": self.kind,
             "at": self.at,
             "members": self.members,
+            "down_s": None if self.down_at is None else self.down_at - self.at,
             "back_s": self.back_s,
             "serving_again_s": self.serving_s,
         }
@@ -116,12 +118,19 @@ def strike(view: ClusterView, kind: str, rng: random.Random) -> Fault | None:
 
 
 def update_back(view: ClusterView, faults: list[Fault]) -> None:
-    """Mark each fault not yet back whose members all run again as new processes."""
+    """Note when each fault's members were first seen down (not running, or taken off
+    the router) and mark each fault not yet back whose members all run again as new
+    processes."""
     pending = [f for f in faults if f.back_at is None]
     if not pending:
         return
     members, now = view.members(), time.time()
     for fault in pending:
+        if fault.down_at is None and any(
+            name not in members or not view.ready(members[name]) or int(members[name]["pid"]) != pid
+            for name, pid in fault.members.items()
+        ):
+            fault.down_at = now
         if all(
             name in members
             and view.ready(members[name])
@@ -130,6 +139,7 @@ def update_back(view: ClusterView, faults: list[Fault]) -> None:
             for name, pid in fault.members.items()
         ):
             fault.back_at = now
+            fault.down_at = fault.down_at or now
 
 
 def release(faults: list[Fault]) -> None:

@@ -6,22 +6,25 @@ sglang_engram.cluster up``, drives streaming greedy requests at a fixed concurre
 ``--duration`` seconds (``soak_load``: real-text or random-id prompts, each request
 timed), and every ``--fault-every`` seconds after ``--warmup`` SIGKILLs or SIGSTOPs a
 prefill worker, a decode worker or the router (``soak_faults``; the kinds dealt evenly,
-each to a component that is up). The cluster's supervisor must bring back whatever was
-hit. Every ``--sample-every`` seconds it samples RSS, open fds, ``/dev/shm`` and the
-Ray actors (``soak_resources``). At the end every completed answer is checked against
-the reference model teacher-forced (``test/serving/reference.py``; the regime the
-spec's prefill and decode Engram placements serve), and it prints requests by outcome
-and cause, the longest wait against ``--bound``, time to restore per fault kind,
-resource growth after warm-up, writes ``soak.png`` and ``soak.json`` under ``--out``,
-and ends with one line of JSON. Exit 0 when all of it holds, 1 when not.
+each to a component that is up, none more than three ahead of the others). The
+cluster's supervisor must bring back whatever was hit. Every ``--sample-every`` seconds
+it samples RSS, open fds, ``/dev/shm`` and the Ray actors (``soak_resources``). At the
+end every completed answer is checked against the reference model teacher-forced
+(``test/serving/reference.py``; the regime the spec's prefill and decode Engram
+placements serve), and it prints requests by outcome and cause, the longest wait
+against ``--bound``, time to restore per fault kind, resource growth after warm-up,
+writes ``soak.png``, ``soak.json`` and ``requests.csv`` under ``--out``, and ends with one line of JSON.
+Exit 0 when all of it holds (with at least ``--min-faults`` of every kind), 1 when not.
 
     python benchmark/soak_pd.py                       # 20 minutes, six kinds of fault
+    python benchmark/soak_pd.py --duration 2400 --min-faults 10   # >= 10 of each kind
     python benchmark/soak_pd.py --duration 300 --fault-every 40 --decode-offload dram
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import random
@@ -40,12 +43,22 @@ from soak_load import LoadDriver, Workload, text_pieces  # noqa: E402
 
 from engram.cli import Parser, RawDescriptionFormatter, directory, existing_file, number, run  # noqa: E402
 from engram.errors import EngramInputError, EngramRunError  # noqa: E402
+from engram.tables import placement_names  # noqa: E402
 
 # NOTE: the soak strikes each component every minute or so, far more often than any
 # production policy counts restarts in a row: it lets the supervisor restart without end,
 # and a component that stayed healthy 30 s starts a new row (the first backoff again),
 # so that a time to restore measures the recovery, not the backoff's growth.
 SOAK_RESTART = {"max_restarts": 100_000, "reset_after_s": 30.0}
+
+AHEAD = 3  # faults a kind may be ahead of the least-struck kind
+
+# NOTE: how many faults fit. A CPU worker takes 60-95 s to come back on a 2-core machine
+# (SGLang imports itself again in each of its three processes: ~45 s to start, then the
+# detection, backoff and registration), so each worker kind gets about one fault in 3-4
+# minutes: 5-6 of each in 20 minutes, 10 or more in 40 (`--duration 2400`). Two servers
+# per worker group (`--replicas 2`) do not help on 2 cores: four workers restarting at
+# once took 130-220 s each.
 
 
 def _span(text: str) -> tuple[int, int]:
@@ -95,7 +108,19 @@ def _parser() -> argparse.ArgumentParser:
         help="TARGET:SIGNAL,... (targets prefill, decode, router, workers; signals kill, stop); 'none' for a soak without faults",
     )
     p.add_argument(
-        "--fault-every", type=number(float, above=0), default=20.0, help="seconds between faults"
+        "--fault-every", type=number(float, above=0), default=18.0, help="seconds between faults"
+    )
+    p.add_argument(
+        "--min-faults",
+        type=number(at_least=0),
+        default=1,
+        help="faults of every kind the soak must strike to pass",
+    )
+    p.add_argument(
+        "--replicas",
+        type=number(at_least=1),
+        default=None,
+        help="servers in each worker group (default: the spec's `count`)",
     )
     p.add_argument(
         "--bound",
@@ -131,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--decode-offload",
-        choices=("hbm", "dram", "ssd", "off"),
+        choices=placement_names(),
         help="the decode workers' Engram placement (default: the spec's)",
     )
     p.add_argument(
@@ -163,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out",
         type=directory,
         default=ROOT / "out" / "soak_pd",
-        help="spec, logs, soak.png, soak.json",
+        help="spec, logs, soak.png, soak.json, requests.csv",
     )
     return p  # fmt: skip
 
@@ -180,10 +205,11 @@ def _soak_spec(args: argparse.Namespace) -> tuple[str, object]:
         data = read_mapping(args.spec, ClusterSpecError, "a cluster spec")
         data.update(model=base.model, name=base.name, log_dir=str(args.out.resolve() / "logs"))
         data["restart"] = {**(data.get("restart") or {}), **SOAK_RESTART}
-        if args.decode_offload:
-            for group in data["workers"]:
-                if group.get("role") == "decode":
-                    group["engram_offload"] = args.decode_offload
+        for group in data["workers"]:
+            if args.replicas:
+                group["count"] = args.replicas
+            if args.decode_offload and group.get("role") == "decode":
+                group["engram_offload"] = args.decode_offload
         spec = parse_spec(data, where=str(args.spec))
     except ClusterSpecError as exc:
         raise EngramInputError(str(exc)) from None
@@ -281,6 +307,7 @@ def soak(args: argparse.Namespace) -> int:
             sampler.stop()
         _stop(up)
     outcomes = sorted(load.snapshot(), key=lambda o: o.sent)
+    _write_requests(args.out / "requests.csv", outcomes, start)
     _serving_again(faults, outcomes)
     wrong = _check_answers(spec, outcomes)
     summary = summarize(
@@ -292,8 +319,14 @@ def soak(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         kinds=kinds,
         detect_s=_detect_s(spec),
+        min_faults=args.min_faults,
     )
-    summary.update(seed=seed, concurrency=args.concurrency, regime=regime_of(*_offloads(spec)))
+    summary.update(
+        seed=seed,
+        concurrency=args.concurrency,
+        replicas={g.name: g.count for g in spec.workers},
+        regime=regime_of(*_offloads(spec)),
+    )
     plot(
         sampler.rows,
         [f.to_dict() for f in faults],
@@ -316,12 +349,12 @@ def _drive(args, kinds, view, load, faults, rng, start) -> None:  # noqa: ANN001
     while time.time() < start + args.duration:
         update_back(view, faults)
         if kinds and time.time() >= next_at:
-            counts = {k: sum(f.kind == k for f in faults) for k in kinds}
-            order = sorted(kinds, key=lambda k: (counts[k], rng.random()))
-            fault = next((f for k in order if (f := strike(view, k, rng))), None)
+            fault = _strike_next(kinds, view, faults, rng)
             if fault is not None:
                 faults.append(fault)
-                next_at += args.fault_every
+                # NOTE: from now, not from the slot: a slot missed while nothing could be
+                # struck is not made up by a burst of faults once things are back.
+                next_at = time.time() + args.fault_every
                 print(f"{time.time() - start:7.1f}s  fault {len(faults)}: {fault.kind} on "
                       f"{', '.join(fault.members)}", flush=True)  # fmt: skip
         time.sleep(1.0)
@@ -330,6 +363,31 @@ def _drive(args, kinds, view, load, faults, rng, start) -> None:  # noqa: ANN001
         update_back(view, faults)
         time.sleep(1.0)
     time.sleep(min(30.0, args.request_timeout))  # NOTE: requests sent after the last restore
+
+
+def _strike_next(kinds, view, faults, rng):  # noqa: ANN001, ANN202
+    """The fault of the least-struck kind whose component is up, among the kinds at most
+    ``AHEAD`` faults ahead of the least-struck one (workers take far longer to come back
+    than the router: without the cap the router would take most of the faults)."""
+    counts = {k: sum(f.kind == k for f in faults) for k in kinds}
+    fewest = min(counts.values())
+    order = sorted(
+        (k for k in kinds if counts[k] < fewest + AHEAD), key=lambda k: (counts[k], rng.random())
+    )
+    return next((f for k in order if (f := strike(view, k, rng))), None)
+
+
+def _write_requests(path: Path, outcomes, start: float) -> None:  # noqa: ANN001
+    """Every request: when it was sent (s after the load began), how long it waited, its
+    outcome (``ok`` or the cause) and the tokens it got."""
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["sent_s", "waited_s", "outcome", "output_tokens", "cached_tokens"])
+        for o in outcomes:
+            out.writerow(
+                [f"{o.sent - start:.3f}", f"{o.waited_s:.3f}", o.cause or "ok",
+                 len(o.output_ids), o.cached_tokens]
+            )  # fmt: skip
 
 
 def _serving_again(faults, outcomes) -> None:  # noqa: ANN001

@@ -35,14 +35,18 @@ def regime_of(prefill_offload: str, decode_offload: str) -> str:
     return {(1, 1): "both", (1, 0): "prefill_only", (0, 1): "decode_only"}.get((pre, dec), "none")
 
 
-def slow_refusals(outcomes: list[Outcome], faults: list[Fault], detect_s: dict[str, float]) -> int:
+def slow_refusals(
+    outcomes: list[Outcome], faults: list[Fault], detect_s: dict[str, float]
+) -> list[Outcome]:
     """Failed requests that waited more than ``REFUSED_AT_ONCE_S`` although sent while a
-    fault's component was known to be down: after its detection (``detect_s`` by signal:
-    a stopped component is silent until the supervisor kills it), before it was back,
-    and not within any fault's detection window."""
+    fault's component was known to be down: once its detection was over (``detect_s`` by
+    signal: a stopped component is silent until the supervisor kills it) and the
+    cluster's state showed it down, before it was back, and not within any fault's
+    detection."""
 
     def window(f: Fault) -> tuple[float, float]:
-        return f.at, f.at + detect_s[f.kind.partition(":")[2]]
+        known = f.at + detect_s[f.kind.partition(":")[2]]
+        return f.at, max(known, f.down_at or known)
 
     def detecting(o: Outcome) -> bool:
         return any(a <= o.sent < b for a, b in map(window, faults))
@@ -50,10 +54,11 @@ def slow_refusals(outcomes: list[Outcome], faults: list[Fault], detect_s: dict[s
     def known_down(o: Outcome) -> bool:
         return any(window(f)[1] <= o.sent < (f.back_at or float("inf")) for f in faults)
 
-    return sum(
-        not o.ok and o.waited_s > REFUSED_AT_ONCE_S and known_down(o) and not detecting(o)
+    return [
+        o
         for o in outcomes
-    )
+        if not o.ok and o.waited_s > REFUSED_AT_ONCE_S and known_down(o) and not detecting(o)
+    ]
 
 
 def summarize(
@@ -66,6 +71,7 @@ def summarize(
     duration_s: float,
     kinds: list[str],
     detect_s: dict[str, float],
+    min_faults: int = 0,
 ) -> dict[str, Any]:
     ok = [o for o in outcomes if o.ok]
     failed = [o for o in outcomes if not o.ok]
@@ -90,6 +96,8 @@ def summarize(
     sent = len(outcomes)
     tokens = sum(len(o.output_ids) for o in ok)
     grew = sorted(s for s, g in growth.items() if g["grew"])
+    slow = slow_refusals(outcomes, faults, detect_s)
+    t0 = min((o.sent for o in outcomes), default=0.0)
     summary = {
         "duration_s": duration_s,
         "sent": sent,
@@ -99,7 +107,10 @@ def summarize(
         "completed_ratio": len(ok) / sent if sent else None,
         "failed_by_cause": dict(Counter(o.cause for o in failed).most_common()),
         "refused_at_once": sum(o.waited_s < REFUSED_AT_ONCE_S for o in failed),
-        "refused_slowly_while_down": slow_refusals(outcomes, faults, detect_s),
+        "refused_slowly_while_down": len(slow),
+        "slow_refusals": [
+            {"sent_s": o.sent - t0, "waited_s": o.waited_s, "cause": o.cause} for o in slow[:20]
+        ],
         "longest_wait_s": longest.waited_s if longest else None,
         "longest_wait_cause": (longest.cause or "completed") if longest else None,
         "bound_s": bound_s,
@@ -116,6 +127,8 @@ def summarize(
         "faults": per_kind,
         "faults_total": len(faults),
         "all_restored": all(f.back_at is not None for f in faults),
+        "min_faults": min_faults,
+        "every_kind_struck": all(k["faults"] >= min_faults for k in per_kind.values()),
         "grew": grew,
         "growth": growth,
     }
@@ -123,6 +136,7 @@ def summarize(
         summary["wrong"] == 0
         and summary["within_bound"]
         and summary["all_restored"]
+        and summary["every_kind_struck"]
         and summary["refused_slowly_while_down"] == 0
         and not grew
     )
@@ -159,6 +173,8 @@ def render(summary: dict[str, Any]) -> str:
             f"{k['in_flight']:>9} {k['in_flight_failed']:>6} "
             f"{_f(k['in_flight_longest_wait_s']):>8}"
         )
+    if not s["every_kind_struck"]:
+        lines.append(f"fewer than {s['min_faults']} faults of some kind (--min-faults)")
     lines += ["", f"{'resource (after warm-up)':<34} {'first':>9} {'last':>9} grew"]
     for series, g in s["growth"].items():
         lines.append(

@@ -147,12 +147,54 @@ def test_summary_counts_causes_waits_and_restores():
         detect_s={"kill": 3.0, "stop": 15.0},
     )
     assert again["refused_slowly_while_down"] == 1 and not again["passed"]
+    assert again["slow_refusals"] == [
+        {"sent_s": 60.0, "waited_s": 5.0, "cause": "502 decode_server_error"}
+    ]
+    # the cluster showed the worker down only 12 s after it died: not yet known then
+    late = Fault("decode:kill", at=t0 + 50, members={"decode-0": 4242}, back_at=t0 + 110)
+    late.down_at = t0 + 62
+    unknown = summarize(
+        [*outcomes, slow],
+        [late, unrestored],
+        wrong=[],
+        growth={},
+        bound_s=60,
+        duration_s=300,
+        kinds=["decode:kill"],
+        detect_s={"kill": 3.0, "stop": 15.0},
+    )
+    assert unknown["refused_slowly_while_down"] == 0
     assert not s["within_bound"] and not s["all_restored"] and not s["passed"]
     decode = s["faults"]["decode:kill"]
     assert decode["back_s"]["max"] == 60 and decode["in_flight_failed"] == 1
     assert s["faults"]["router:stop"]["not_restored"] == 1
     text = render(s)
     assert "EXCEEDED" in text and text.endswith("FAILED")
+
+
+def test_a_soak_that_struck_a_kind_too_few_times_fails():
+    rng = random.Random()
+    t0 = 1_000_000.0
+    n = rng.randint(2, 6)
+    faults = [
+        Fault(kind, at=t0 + 100 * i, members={"x": i}, back_at=t0 + 100 * i + 30)
+        for i in range(n)
+        for kind in ("decode:kill", "router:stop")
+    ][:-1]  # one router:stop fewer
+    outcomes = [Outcome((1, 2), 4, t0 + i, 0.5, output_ids=(5, 6)) for i in range(20)]
+    common = dict(
+        wrong=[],
+        growth={},
+        bound_s=30,
+        duration_s=100.0 * n,
+        kinds=["decode:kill", "router:stop"],
+        detect_s={"kill": 3.0, "stop": 15.0},
+    )
+    met = summarize(outcomes, faults, min_faults=n - 1, **common)
+    assert met["every_kind_struck"] and met["passed"]
+    short = summarize(outcomes, faults, min_faults=n, **common)
+    assert not short["every_kind_struck"] and not short["passed"]
+    assert f"fewer than {n} faults of some kind" in render(short)
 
 
 def test_the_plot_draws_every_panel_with_gaps_and_faults(tmp_path):
