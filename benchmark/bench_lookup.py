@@ -11,7 +11,8 @@ rows, duplicates included; median of the repeats):
 - ``ssd_warm`` / ``ssd_cold``: ``SsdTable.fetch`` (dedup, read, check each block's
   hash the first time it is read, gather into staging) with the file in the page cache
   / evicted before each run (unmapped, fadvise DONTNEED, and mincore checked: under 1 %
-  resident; the blocks' checks are then due again); ``--compare-checks`` also measures
+  resident; each table's residency map then re-learned, the blocks' checks due again);
+  ``--compare-checks`` also measures
   the same strategy without the checks, in the same runs, taking turns. Warm, each
   batch is looked up twice: ``ssd_warm_first`` is the first time (the file is in the
   page cache but the tier never read these blocks: their checks are due and their
@@ -115,6 +116,13 @@ def measure(
             naive.unmap()
             for table in tables.values():  # unmaps the tables' pages, then drops them
                 table.drop_page_cache()
+            for table in tables.values():
+                # NOTE: each table's residency map, as its sweeper learns within a second:
+                # a table dropped before the others' pages were may have re-learned them
+                # meanwhile, and would take its cold lookup for a warm one, faulting the
+                # pages in one at a time (2-3x slower, the "cost of the checks" measured
+                # before this line).
+                table.refresh_residency()
             resident = max(resident, any_table.resident_fraction())
             seconds.setdefault(f"{name}_cold", []).append(cold[name](i))
     medians = {key: statistics.median(v) for key, v in seconds.items()}
@@ -315,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
         help="also measure the chosen strategy without its block hash checks (their cost)",
     )
     parser.add_argument("--repeats", type=int, default=5, help="batches per kind (warm runs)")
-    parser.add_argument("--cold-repeats", type=int, default=3, help="cold runs per kind")
+    parser.add_argument("--cold-repeats", type=int, default=5, help="cold runs per kind")
     parser.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the n-grams")
     parser.add_argument(
         "--step-rows",
