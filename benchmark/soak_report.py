@@ -12,6 +12,9 @@ from soak_faults import Fault, targets
 from soak_load import Outcome
 
 REFUSED_AT_ONCE_S = 1.0
+# Failures of a request the cluster had accepted (its 200 stream began): a fault hit it in
+# flight, which the bound covers; the rest (an HTTP error, no connection) are refusals.
+IN_FLIGHT_CAUSES = ("stream cut short", "error event", "short answer", "aborted")
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -38,11 +41,11 @@ def regime_of(prefill_offload: str, decode_offload: str) -> str:
 def slow_refusals(
     outcomes: list[Outcome], faults: list[Fault], detect_s: dict[str, float]
 ) -> list[Outcome]:
-    """Failed requests that waited more than ``REFUSED_AT_ONCE_S`` although sent while a
-    fault's component was known to be down: once its detection was over (``detect_s`` by
-    signal: a stopped component is silent until the supervisor kills it) and the
-    cluster's state showed it down, before it was back, and not within any fault's
-    detection."""
+    """Refused requests (not ``IN_FLIGHT_CAUSES``) that waited more than
+    ``REFUSED_AT_ONCE_S`` although sent while a fault's component was known to be down:
+    once its detection was over (``detect_s`` by signal: a stopped component is silent
+    until the supervisor kills it) and the cluster's state showed it down, before it was
+    back, and not within any fault's detection."""
 
     def window(f: Fault) -> tuple[float, float]:
         known = f.at + detect_s[f.kind.partition(":")[2]]
@@ -57,7 +60,11 @@ def slow_refusals(
     return [
         o
         for o in outcomes
-        if not o.ok and o.waited_s > REFUSED_AT_ONCE_S and known_down(o) and not detecting(o)
+        if not o.ok
+        and not o.cause.startswith(IN_FLIGHT_CAUSES)
+        and o.waited_s > REFUSED_AT_ONCE_S
+        and known_down(o)
+        and not detecting(o)
     ]
 
 

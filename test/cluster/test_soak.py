@@ -164,6 +164,19 @@ def test_summary_counts_causes_waits_and_restores():
         detect_s={"kill": 3.0, "stop": 15.0},
     )
     assert unknown["refused_slowly_while_down"] == 0
+    # a request whose stream had begun when it was cut is no refusal, however long it took
+    cut = Outcome((1,), 4, t0 + 60, 12.0, cause="stream cut short")
+    in_flight = summarize(
+        [*outcomes, cut],
+        [fault, unrestored],
+        wrong=[],
+        growth={},
+        bound_s=60,
+        duration_s=300,
+        kinds=["decode:kill"],
+        detect_s={"kill": 3.0, "stop": 15.0},
+    )
+    assert in_flight["refused_slowly_while_down"] == 0
     assert not s["within_bound"] and not s["all_restored"] and not s["passed"]
     decode = s["faults"]["decode:kill"]
     assert decode["back_s"]["max"] == 60 and decode["in_flight_failed"] == 1
