@@ -134,18 +134,22 @@ def test_summary_counts_causes_waits_and_restores():
     assert s["refused_at_once"] == 5 and s["longest_wait_s"] == longest
     # sent 1 s after the router stopped: still detecting, so a long wait is no slow refusal
     assert s["refused_slowly_while_down"] == 0
+
+    def _later(outs: list[Outcome], faults: list[Fault]) -> dict:
+        return summarize(
+            outs,
+            faults,
+            wrong=[],
+            growth={},
+            bound_s=60,
+            duration_s=300,
+            kinds=["decode:kill"],
+            detect_s={"kill": 3.0, "stop": 15.0},
+        )
+
     # ... but one sent 10 s after the decode worker died (known down) that took 5 s is one
     slow = Outcome((1,), 4, t0 + 60, 5.0, cause="502 decode_server_error")
-    again = summarize(
-        [*outcomes, slow],
-        [fault, unrestored],
-        wrong=[],
-        growth={},
-        bound_s=60,
-        duration_s=300,
-        kinds=["decode:kill"],
-        detect_s={"kill": 3.0, "stop": 15.0},
-    )
+    again = _later([*outcomes, slow], [fault, unrestored])
     assert again["refused_slowly_while_down"] == 1 and not again["passed"]
     assert again["slow_refusals"] == [
         {"sent_s": 60.0, "waited_s": 5.0, "cause": "502 decode_server_error"}
@@ -153,29 +157,11 @@ def test_summary_counts_causes_waits_and_restores():
     # the cluster showed the worker down only 12 s after it died: not yet known then
     late = Fault("decode:kill", at=t0 + 50, members={"decode-0": 4242}, back_at=t0 + 110)
     late.down_at = t0 + 62
-    unknown = summarize(
-        [*outcomes, slow],
-        [late, unrestored],
-        wrong=[],
-        growth={},
-        bound_s=60,
-        duration_s=300,
-        kinds=["decode:kill"],
-        detect_s={"kill": 3.0, "stop": 15.0},
-    )
+    unknown = _later([*outcomes, slow], [late, unrestored])
     assert unknown["refused_slowly_while_down"] == 0
     # a request whose stream had begun when it was cut is no refusal, however long it took
     cut = Outcome((1,), 4, t0 + 60, 12.0, cause="stream cut short")
-    in_flight = summarize(
-        [*outcomes, cut],
-        [fault, unrestored],
-        wrong=[],
-        growth={},
-        bound_s=60,
-        duration_s=300,
-        kinds=["decode:kill"],
-        detect_s={"kill": 3.0, "stop": 15.0},
-    )
+    in_flight = _later([*outcomes, cut], [fault, unrestored])
     assert in_flight["refused_slowly_while_down"] == 0
     assert not s["within_bound"] and not s["all_restored"] and not s["passed"]
     decode = s["faults"]["decode:kill"]
