@@ -102,7 +102,9 @@ def test_a_plan_skips_blocks_in_memory_and_can_give_file_offsets() -> None:
     layout = DiskLayout(50_000, 256)
     ids = np.unique(rng.integers(0, layout.num_rows, 2_000))
     skip = rng.random(layout.num_blocks) < 0.5
-    plan = ReadPlan(layout, max_run_bytes=8 * layout.block_bytes, pieces=4, in_file=True)
+    plan = ReadPlan(
+        layout, max_run_bytes=8 * layout.block_bytes, batch_bytes=64 * layout.block_bytes, in_file=True
+    )
     plan.make(ids, skip)
     read = np.zeros(layout.num_blocks, dtype=bool)
     kernels.plan.mark_runs(read, plan.runs)
@@ -110,7 +112,8 @@ def test_a_plan_skips_blocks_in_memory_and_can_give_file_offsets() -> None:
     assert read[needed[~skip[needed]]].all()  # every block not in memory is read
     assert not read[needed[skip[needed]]].any() or plan.window  # whole windows may cover some
     assert np.array_equal(plan.row_at, layout.row_offsets(ids))
-    assert plan.b <= 4 and plan.batches[-1, END_ROW] == ids.size
+    assert plan.b > 1 and plan.batches[-1, END_ROW] == ids.size
+    assert plan.buffer_blocks() <= 64 + 8
     assert plan.batches[-1, END_BLOCK] == needed.size
 
 

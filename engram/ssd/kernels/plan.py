@@ -144,11 +144,6 @@ def plan(
                 j += 1
             r = _emit(runs, r, first, count, max_run)
     # Batches: a run belongs to the batch where its first block falls.
-    if batch_blocks < 0:  # NOTE: -pieces: that many batches of about equal size
-        total = 0
-        for q in range(r):
-            total += runs[q, COUNT]
-        batch_blocks = max(1, -(-total // -batch_blocks))
     b = 0
     filled = 0
     for q in range(r):

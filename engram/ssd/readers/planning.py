@@ -29,17 +29,16 @@ class ReadPlan:
         *,
         max_run_bytes: int,
         batch_bytes: int = 1 << 62,
-        pieces: int = 0,
         windows: bool = True,
         in_file: bool = False,
     ):
         """Plans for reads of ``layout``'s file: runs of at most ``max_run_bytes``,
-        batches of about ``batch_bytes`` (or ``pieces`` batches of about equal size), whole ``WINDOW_BYTES`` windows where a window
+        batches of about ``batch_bytes``, whole ``WINDOW_BYTES`` windows where a window
         needs ``DENSE_FRACTION`` of its blocks (``windows``), row and block places in
         the file (``in_file``) or in each batch's buffer."""
         self.layout = layout
         self.max_run = max(1, max_run_bytes // layout.block_bytes)
-        self.batch_blocks = -pieces if pieces else max(1, batch_bytes // layout.block_bytes)
+        self.batch_blocks = max(1, batch_bytes // layout.block_bytes)
         self.window = max(1, WINDOW_BYTES // layout.block_bytes) if windows else 0
         self.dense = max(1, int(np.ceil(DENSE_FRACTION * self.window)))
         self.in_file = in_file
