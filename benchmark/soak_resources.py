@@ -186,7 +186,7 @@ def plot(
     ax.legend(fontsize=7, loc="upper left")
     # NOTE: one colour per component, solid for SIGKILL and dashed for SIGSTOP: a legend,
     # not a label per fault (dozens of them overlap)
-    colors = {"prefill": "tab:red", "decode": "tab:blue", "router": "tab:gray"}
+    colors = {"prefill": "tab:orange", "decode": "tab:blue", "router": "tab:purple"}
     styles = {"kill": "-", "stop": "--"}
     for ax in axes:
         for f in faults:

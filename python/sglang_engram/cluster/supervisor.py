@@ -33,6 +33,7 @@ from sglang_engram.cluster import shm_files
 from sglang_engram.cluster.recovery import RestartPolicy
 from sglang_engram.server_process import group_members, probe, stop_group
 
+PROBE_EVERY_S = 1.0  # how often health is asked
 SHM_LOOK_S = 30.0  # how often a healthy process's /dev/shm files are listed
 
 # States: starting (spawned, health not yet answered), running (healthy), unhealthy (alive,
@@ -198,7 +199,7 @@ class ProcessSupervisor:
                     self._hung_kills += 1
                 _kill_hung(proc.pid)
                 return proc.wait()
-            self._stop.wait(1.0)
+            self._stop.wait(PROBE_EVERY_S)
         return code
 
     def _remove_shm(self) -> None:
