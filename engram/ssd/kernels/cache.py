@@ -19,10 +19,12 @@ from engram.ssd.kernels.types import FLAGS, FLAGS_IN, I64, I64_2, I64_IN, INT, R
 
 @numba.njit(nogil=True)
 def _copy_row(out: np.ndarray, i: int, rows: np.ndarray, j: int) -> None:
-    # NOTE: a byte loop, not `out[i, :] = rows[j]`: numba compiles slice assignment
-    # ~40x slower and runs it no faster.
-    for b in range(out.shape[1]):
-        out[i, b] = rows[j, b]
+    # NOTE: a byte loop, not `out[i, :] = rows[j]` (numba compiles slice assignment ~40x
+    # slower and runs it slower). Unsigned indices: a signed one is wrapped around at
+    # every access, which keeps LLVM from vectorising the loop (10x slower).
+    dst, src = numba.uint64(i), numba.uint64(j)
+    for b in range(numba.uint64(out.shape[1])):
+        out[dst, b] = rows[src, b]
 
 
 @numba.njit(

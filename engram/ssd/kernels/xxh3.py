@@ -114,7 +114,7 @@ def check_and_gather(
     while the block is still in the CPU's cache. Stops at the first block that does not
     match. Returns (blocks hashed, mismatches)."""
     base = data.ctypes.data
-    width = out.shape[1]
+    width = numba.uint64(out.shape[1])
     direct = at.size == 0
     hashed = 0
     current = -1
@@ -130,8 +130,8 @@ def check_and_gather(
                     return hashed, 1
                 if remember:
                     verified[block] = True
-        start = row_at[i]
-        row = i if direct else at[i]
-        for b in range(width):
+        start = numba.uint64(row_at[i])
+        row = numba.uint64(i if direct else at[i])
+        for b in range(width):  # NOTE: unsigned indices, as in plan.gather: vectorised
             out[row, b] = data[start + b]
     return hashed, 0
