@@ -206,6 +206,8 @@ def gather(
         row = numba.uint64(i if direct else at[i])
         # NOTE: a loop compiles far faster than a slice copy; unsigned indices let LLVM
         # vectorise it (a signed index is wrapped around at every access: 10x slower).
+        # Each kernel module keeps its own copy loop: numba's on-disk cache of a kernel
+        # is not invalidated when a helper it calls in another file changes.
         for b in range(width):
             out[row, b] = source[start + b]
 
