@@ -50,7 +50,9 @@ def trained(trained_tiny_model):
 
 @contextlib.contextmanager
 def _servers(model: Path, logs: Path, *offloads: str) -> Iterator[list[str]]:
-    """Real SGLang servers of ``model``, one per offload, started side by side."""
+    """Real SGLang servers of ``model``, one per offload, each started once the one before
+    is healthy (two starting side by side on a loaded 2-core CI host have had one's
+    warmup give up after its 120 tries)."""
     procs, urls = [], []
     try:
         for offload in offloads:
@@ -58,16 +60,16 @@ def _servers(model: Path, logs: Path, *offloads: str) -> Iterator[list[str]]:
             log = logs / f"{offload}.log"
             with open(log, "w") as out:
                 argv = launch_command(model, port, "--engram-offload", offload)
-                procs.append((subprocess.Popen(
+                proc = subprocess.Popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     env=server_env(),
-                ), log))  # fmt: skip
+                )  # fmt: skip
+            procs.append(proc)
             urls.append(f"http://127.0.0.1:{port}")
-        for url, (proc, log) in zip(urls, procs, strict=True):
-            wait_healthy(url, proc, log, timeout_s=900)
+            wait_healthy(urls[-1], proc, log, timeout_s=900)
         yield urls
     finally:
-        for proc, _ in procs:
+        for proc in procs:
             stop(proc)
 
 

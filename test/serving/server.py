@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -90,13 +91,22 @@ def launch_command(model: Path, port: int, *args: str) -> list[str]:
     ]
 
 
+def log_excerpt(log: Path, n_errors: int = 12, tail: int = 2000) -> str:
+    """A server log's first error lines (a bind failure, an exception's last line) and its
+    tail: a warmup that gives up prints a long traceback that would otherwise hide the
+    cause further up."""
+    text = log.read_text(errors="replace")
+    errors = [line for line in text.splitlines() if re.search(r"Errno|ERROR|Error:", line)]
+    return "first error lines:\n" + "\n".join(errors[:n_errors]) + f"\n...\n{text[-tail:]}"
+
+
 def wait_healthy(
     url: str, proc: subprocess.Popen, log: Path, timeout_s: float, path: str = "/health"
 ) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode}): {log.read_text()[-3000:]}")
+            raise RuntimeError(f"server exited ({proc.returncode}): {log_excerpt(log)}")
         with contextlib.suppress(OSError):
             with urllib.request.urlopen(f"{url}{path}", timeout=5) as r:
                 if r.status == 200:
