@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,14 +25,7 @@ from engram.eval import REGIMES, Sample, ablate
 from engram.eval.__main__ import main
 from engram.eval.remote import remote_exact_match
 from test.serving.reference import agreement, load_reference
-from test.serving.server import (
-    free_port,
-    generate_ids,
-    launch_command,
-    server_env,
-    stop,
-    wait_healthy,
-)
+from test.serving.server import generate_ids, sglang_server
 
 K = 6
 SERVED_AS = {"dram": "both", "off": "none"}
@@ -53,24 +45,13 @@ def _servers(model: Path, logs: Path, *offloads: str) -> Iterator[list[str]]:
     """Real SGLang servers of ``model``, one per offload, each started once the one before
     is healthy (two starting side by side on a loaded 2-core CI host have had one's
     warmup give up after its 120 tries)."""
-    procs, urls = [], []
-    try:
-        for offload in offloads:
-            port = free_port()
-            log = logs / f"{offload}.log"
-            with open(log, "w") as out:
-                argv = launch_command(model, port, "--engram-offload", offload)
-                proc = subprocess.Popen(
-                    argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                    env=server_env(),
-                )  # fmt: skip
-            procs.append(proc)
-            urls.append(f"http://127.0.0.1:{port}")
-            wait_healthy(urls[-1], proc, log, timeout_s=900)
-        yield urls
-    finally:
-        for proc in procs:
-            stop(proc)
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(sglang_server(
+                model, "--engram-offload", offload, log=logs / f"{offload}.log", timeout_s=900,
+            ))  # fmt: skip
+            for offload in offloads
+        ]
 
 
 def _samples(model, n_both: int, n_none: int, rng: random.Random) -> list[Sample]:
