@@ -10,7 +10,7 @@ engine (Gated DeltaNet and norm kernels the ``sgl_kernel`` stand-in's torch ops)
   (ours, converted from the checkpoint into ``--engram-ssd-dir`` on first start, read
   through a small RAM cache, prefilling ``CHUNK`` tokens at a time): their served tokens
   teacher-forced on the ``hbm`` server.
-- ``off``: the PLE layers add nothing. Its tokens teacher-forced on ``ple-less``, an
+- ``off``: the PLE layers add nothing. Its greedy tokens are those of ``ple-less``, an
   ``hbm`` server of a twin checkpoint whose PLE value projections are zero, and unlike
   the ``hbm`` server's.
 """
@@ -165,7 +165,11 @@ def test_ssd_chunked_prefill_gives_hbm_whole_prefill(servers):
 def test_off_serves_the_model_without_ple(servers):
     prompts = random_prompts(random.Random(), 4)
     served = _serve_all(servers["off"].url, prompts)
-    assert_agree("off on ple-less", teacher_forced_gaps(servers["ple-less"].url, prompts, served))
+    # NOTE: token for token, not teacher-forced: ``off`` and ``ple-less`` run the same
+    # decode steps on the same shapes, one adding nothing, the other adding a PLE output
+    # of exact zeros, so their logits are the same bits (measured: 44 of 44 prompts).
+    # A teacher-forced pass adds the prefill-against-decode noise and its rare outliers.
+    assert served == _serve_all(servers["ple-less"].url, prompts)
     on_hbm = teacher_forced_gaps(servers["hbm"].url, prompts, served)
     print(f"off on hbm: {sum(g > TIE for g in on_hbm)}/{len(on_hbm)} tokens disagree")
     assert sum(g > TIE for g in on_hbm) >= 0.2 * len(on_hbm), on_hbm
