@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from engram.ssd.row_cache import RowCache
 from engram.ssd.set_assoc import MISS, SetAssociativeIndex
+from engram.ssd.sysmem import mincore
 from engram.tables import create_table
 from engram.tables.hot_cache import HotRowCache
 from test.ssd.helpers import random_table
@@ -153,3 +156,13 @@ def test_putting_cached_rows_again_keeps_one_copy() -> None:
     need = np.ones(ids.size, dtype=bool)
     assert cache.take(ids, need, out, np.empty(ids.size, dtype=np.int64)) == (ids.size, 0)
     assert not need.any() and np.array_equal(out, rows)
+
+
+def test_ram_cache_memory_is_resident_before_the_first_row_is_admitted() -> None:
+    # NOTE: a page first written on the read path is a page fault per admitted row there
+    cache = RowCache(int(np.random.default_rng().integers(24, 48)) << 20, ROW_BYTES)
+    for array in (cache.rows, cache.stamps, cache.tags):
+        start = -(-array.ctypes.data // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (array.ctypes.data + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        resident = mincore(start, end - start) & 1
+        assert resident.size > 100 and resident.all(), (array.shape, resident.mean())
