@@ -21,7 +21,9 @@ median over repeats is reported with its range. Prints per config and concurrenc
 median total and output tok/s, P90 TPOT and TTFT, Engram rows/s read from disk, the
 RAM-cache hit ratio, read-ahead hits and the exposed read ratio; whether greedy ssd
 outputs equal dram's; the RAM-cache hit ratio against cache size on the rows of all
-held-out pieces; a PNG; and a last line of JSON.
+held-out pieces; a PNG; and a last line of JSON. ``--replay`` runs each point's prompts
+twice in a row, and reports ssd/dram of the second pass too: with the rows in the RAM
+cache, what ssd costs beyond reading rows of text it has never seen.
 
     python benchmark/bench_serving_tiers.py --table-gib 8
 """
@@ -108,6 +110,7 @@ def bench(url: str, model: Path, dataset: Path, conc: int, n: int, args, out: Pa
         "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
         "--random-range-ratio", "1.0", "--num-prompts", str(n), "--max-concurrency", str(conc),
         "--seed", str(SEED), "--disable-tqdm", "--output-file", str(result),
+        "--flush-cache",  # NOTE: a replay's prefill is computed again, not a prefix hit
     ]  # fmt: skip
     with open(out.with_suffix(".log"), "w") as log:
         subprocess.run(cmd, check=True, timeout=args.timeout_s, stdout=log, stderr=log)
@@ -147,28 +150,33 @@ def check_memory(configs: list[str], table_gib: float) -> str | None:
     )
 
 
-def serve_repeats(urls: dict, model: Path, datasets: dict, counts: dict, args, work: Path) -> dict:
-    """Per config and concurrency, the figures of each repeat."""
+def serve_repeats(
+    urls: dict, model: Path, datasets: dict, counts: dict, args, work: Path
+) -> tuple[dict, dict]:
+    """Per config and concurrency, the figures of each repeat: of the first pass over
+    its prompts, and of the replay (``--replay``: the same prompts again at once)."""
     configs = list(urls)
     runs = {n: {c: [] for c in args.concurrencies} for n in configs}
+    replays = {n: {c: [] for c in args.concurrencies} for n in configs} if args.replay else {}
     for rep in range(args.repeats):
         k = rep % len(configs)
         order = configs[k:] + configs[:k]
         for conc in args.concurrencies:
             for name in order:
-                # NOTE: only ssd tables count rows; the others' /metrics need no settling.
-                sample = settled_metrics if CONFIGS[name] else no_metrics
-                before, cpu = sample(urls[name]), server_cpu_seconds(urls[name])
-                out = work / f"{slug(name)}_r{rep}_c{conc}"
-                dataset = datasets[f"r{rep}_c{conc}"]
-                result = bench(urls[name], model, dataset, conc, counts[conc], args, out)
-                cpu = server_cpu_seconds(urls[name]) - cpu
-                runs[name][conc].append(run_figures(result, before, sample(urls[name]), cpu))
-                print(
-                    f"[{name}] repeat {rep} c={conc}: {json.dumps(runs[name][conc][-1])}",
-                    flush=True,
-                )
-    return runs
+                for into, tag in ((runs, ""), (replays, "_replay"))[: 1 + bool(replays)]:
+                    # NOTE: only ssd tables count rows; the others' /metrics need no settling.
+                    sample = settled_metrics if CONFIGS[name] else no_metrics
+                    before, cpu = sample(urls[name]), server_cpu_seconds(urls[name])
+                    out = work / f"{slug(name)}_r{rep}_c{conc}{tag}"
+                    dataset = datasets[f"r{rep}_c{conc}"]
+                    result = bench(urls[name], model, dataset, conc, counts[conc], args, out)
+                    cpu = server_cpu_seconds(urls[name]) - cpu
+                    into[name][conc].append(run_figures(result, before, sample(urls[name]), cpu))
+                    print(
+                        f"[{name}] repeat {rep} c={conc}{tag}: {json.dumps(into[name][conc][-1])}",
+                        flush=True,
+                    )
+    return runs, replays
 
 
 def main() -> int:
@@ -183,6 +191,12 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--timeout-s", type=int, default=1800)
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="run each point's prompts a second time at once (prefix cache flushed): ssd "
+        "then finds their rows in its RAM cache, which isolates the cost of first reads",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench_serving_tiers")
     args = parser.parse_args()
     configs = args.configs.split(",")
@@ -223,7 +237,7 @@ def main() -> int:
         if files:
             drop_page_cache(files)  # what the conversion (or the servers' checks) left there
             residency["before"] = resident_fraction(files)
-        runs = serve_repeats(urls, model, datasets, counts, args, work)
+        runs, replays = serve_repeats(urls, model, datasets, counts, args, work)
         if files:
             residency["after"] = resident_fraction(files)
         outputs = {
@@ -247,6 +261,13 @@ def main() -> int:
         per_repeat = repeat_ratios(runs, num, den, figure)
         summary[key] = {c: median_of(r) for c, r in per_repeat.items()}
         summary[key + "_per_repeat"] = per_repeat
+    if replays:
+        per_repeat = repeat_ratios(replays, "ssd-1/16", "dram", "total_tok_s")
+        summary["replayed_ssd_over_dram_throughput"] = {
+            c: median_of(r) for c, r in per_repeat.items()
+        }
+        summary["replayed_ssd_over_dram_throughput_per_repeat"] = per_repeat
+        summary["replays"] = {n: {str(c): rs for c, rs in by.items()} for n, by in replays.items()}
     if "ssd-1/16" in runs:
         r = exposed_ratio([f for rs in runs["ssd-1/16"].values() for f in rs])
         summary["prefetch_exposed_ratio"] = None if r is None else round(r, 4)
@@ -259,6 +280,9 @@ def main() -> int:
     print()
     for key in ("ssd_over_dram_throughput", "ssd_over_dram_p90_tpot", "dram_over_off_throughput"):
         print(f"{key}: {describe_ratios(summary[key + '_per_repeat'])}")
+    if replays:
+        ratios = describe_ratios(summary["replayed_ssd_over_dram_throughput_per_repeat"])
+        print(f"replayed (the same prompts again) ssd_over_dram_throughput: {ratios}")
     print(f"prefetch_exposed_ratio: {summary.get('prefetch_exposed_ratio')}")
     print(f"page cache resident share of the table files: {residency}")
     print(f"greedy outputs equal to dram's: {summary.get('ssd_outputs_equal_dram')}")

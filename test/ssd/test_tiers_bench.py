@@ -78,7 +78,7 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
         sys.executable, str(REPO / "benchmark/bench_serving_tiers.py"), "--table-gib", "0.02",
         "--model", str(tmp_path / "m"), "--ssd-dir", str(tmp_path / "ssd"), "--out", str(out),
         "--configs", "dram,ssd-1/16", "--concurrencies", "2", "--repeats", "2",
-        "--num-prompts", "1", "--input-len", "48", "--output-len", "4",
+        "--num-prompts", "1", "--input-len", "48", "--output-len", "4", "--replay",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -102,3 +102,10 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
     assert 0 <= summary["prefetch_exposed_ratio"] <= 1
     assert Path(summary["png"]).stat().st_size > 10_000
     assert "ssd_over_dram_throughput: c=2: " in proc.stdout
+    # --replay: each run's prompts again; the ssd server finds their rows in its RAM cache
+    assert len(summary["replayed_ssd_over_dram_throughput_per_repeat"]["2"]) == 2
+    for first, again in zip(
+        summary["runs"]["ssd-1/16"]["2"], summary["replays"]["ssd-1/16"]["2"], strict=True
+    ):
+        assert again["completed"] == first["completed"]
+        assert again["ram_cache_hit_ratio"] > max(0.8, first["ram_cache_hit_ratio"])
