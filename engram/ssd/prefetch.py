@@ -16,9 +16,7 @@ served.
 
 from __future__ import annotations
 
-import logging
 import queue
-import sys
 import threading
 from collections.abc import Callable
 
@@ -28,17 +26,8 @@ import torch
 from engram.files import GIB
 from engram.ssd import kernels
 
-logger = logging.getLogger(__name__)
-
 # host memory a table's prefetch handles may hold (``TableOptions.prefetch_bytes``)
 DEFAULT_PREFETCH_BYTES = GIB
-# NOTE: the process's GIL switch interval once a read-ahead thread runs (Python's default
-# is 5 ms). The thread's reads and copies run without the GIL, but each short Python step
-# between them waits for the GIL, which a busy forward thread hands over only every
-# switch interval: in a CPU server that queued read-ahead behind the forward (measured,
-# bench_serving_tiers --replay at c = 32 with every row in RAM: 2.3-4.1 s of a 9-11 s
-# run spent waiting on handles at 5 ms, 1.6 s at 0.5 ms).
-SWITCH_INTERVAL_S = 0.0005
 
 
 class PrefetchHandle:
@@ -102,9 +91,6 @@ class Prefetcher:
 
     def submit(self, handle: PrefetchHandle) -> None:
         if self._thread is None:
-            if sys.getswitchinterval() > SWITCH_INTERVAL_S:
-                logger.info("read-ahead: GIL switch interval set to %g s", SWITCH_INTERVAL_S)
-                sys.setswitchinterval(SWITCH_INTERVAL_S)
             self._thread = threading.Thread(target=self._run, name="engram-prefetch", daemon=True)
             self._thread.start()
         self._queue.put(handle)
