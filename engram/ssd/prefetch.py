@@ -28,6 +28,12 @@ from engram.ssd import kernels
 
 # host memory a table's prefetch handles may hold (``TableOptions.prefetch_bytes``)
 DEFAULT_PREFETCH_BYTES = GIB
+# NOTE: every lookup searches every live handle for its rows, so their number bounds a
+# lookup's cost (16 k ids: 29 ms over 64 handles, 0.9 s over 2,048). A server's prompt
+# handles are not released after their prefill: they stayed live until the byte budget
+# evicted them (hundreds after a benchmark's ~500 prompts; a 1 GiB budget holds ~5,000
+# of 256 tokens of the tiny model). Past this count the oldest are released.
+MAX_LIVE_HANDLES = 64
 
 
 class PrefetchHandle:
@@ -112,8 +118,9 @@ class Prefetcher:
 
 
 class ReadAhead:
-    """A table's live handles within its byte budget (the oldest released for the
-    newest), filled by one :class:`Prefetcher`; counts the rows lookups take from them."""
+    """A table's live handles within its byte budget and ``MAX_LIVE_HANDLES`` (the oldest
+    released for the newest), filled by one :class:`Prefetcher`; counts the rows lookups
+    take from them."""
 
     def __init__(self, fill: Callable[[PrefetchHandle], torch.Tensor | None], budget: int):
         self._prefetcher = Prefetcher(fill)
@@ -129,7 +136,10 @@ class ReadAhead:
         )
         evicted = []
         with self._lock:
-            while self._handles and self.held_bytes() + handle.nbytes > self._budget:
+            while self._handles and (
+                len(self._handles) >= MAX_LIVE_HANDLES
+                or self.held_bytes() + handle.nbytes > self._budget
+            ):
                 evicted.append(self._handles.pop(0))
             handle._on_release = self._forget
             self._handles.append(handle)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from engram.ssd.layout import DiskLayout
+from engram.ssd.prefetch import MAX_LIVE_HANDLES
 from engram.ssd.sysmem import mincore
 from engram.tables import create_table
 from test.ssd.helpers import random_table
@@ -73,6 +74,22 @@ def test_prefetch_budget_releases_the_oldest_handles(tmp_path: Path) -> None:
     assert table.stats()["prefetch_bytes_held"] == 0
     too_big = table.prefetch(torch.randperm(ROWS)[:3500])  # over budget: pages only
     assert too_big.wait(timeout=30) and too_big.rows is None
+    table.close()
+
+
+def test_live_handles_are_bounded_in_number_the_oldest_released(tmp_path: Path) -> None:
+    weight, scale = random_table(ROWS, DIM)
+    dram = create_table("dram", weight, scale)
+    table = create_table("ssd", weight, scale, path=tmp_path / "t")  # budget: 1 GiB
+    batches = [torch.randint(0, ROWS, (int(torch.randint(4, 40, ()).item()),)) for _ in range(MAX_LIVE_HANDLES + 9)]  # fmt: skip
+    handles = [table.prefetch(ids) for ids in batches]
+    assert all(h.wait(timeout=30) for h in handles)
+    assert all(h.released and h.rows is None for h in handles[:9])
+    assert not any(h.released for h in handles[9:])
+    held = sum(torch.unique(ids).numel() for ids in batches[9:]) * LAYOUT.row_bytes
+    assert table.stats()["prefetch_bytes_held"] == held
+    # a released handle's rows are read again, the same rows
+    assert torch.equal(table.lookup(batches[0]), dram.lookup(batches[0]))
     table.close()
 
 
