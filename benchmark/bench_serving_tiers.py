@@ -150,6 +150,17 @@ def check_memory(configs: list[str], table_gib: float) -> str | None:
     )
 
 
+def measure(
+    url: str, name: str, model: Path, dataset: Path, conc: int, n: int, args, out: Path
+) -> dict:
+    """One run of config ``name``: its figures (``run_figures``)."""
+    # NOTE: only ssd tables count rows; the others' /metrics need no settling.
+    sample = settled_metrics if CONFIGS[name] else no_metrics
+    before, cpu = sample(url), server_cpu_seconds(url)
+    result = bench(url, model, dataset, conc, n, args, out)
+    return run_figures(result, before, sample(url), server_cpu_seconds(url) - cpu)
+
+
 def serve_repeats(
     urls: dict, model: Path, datasets: dict, counts: dict, args, work: Path
 ) -> tuple[dict, dict]:
@@ -158,24 +169,20 @@ def serve_repeats(
     configs = list(urls)
     runs = {n: {c: [] for c in args.concurrencies} for n in configs}
     replays = {n: {c: [] for c in args.concurrencies} for n in configs} if args.replay else {}
+    passes = [(runs, "")] + ([(replays, "_replay")] if replays else [])
     for rep in range(args.repeats):
         k = rep % len(configs)
         order = configs[k:] + configs[:k]
         for conc in args.concurrencies:
             for name in order:
-                for into, tag in ((runs, ""), (replays, "_replay"))[: 1 + bool(replays)]:
-                    # NOTE: only ssd tables count rows; the others' /metrics need no settling.
-                    sample = settled_metrics if CONFIGS[name] else no_metrics
-                    before, cpu = sample(urls[name]), server_cpu_seconds(urls[name])
+                for into, tag in passes:
                     out = work / f"{slug(name)}_r{rep}_c{conc}{tag}"
                     dataset = datasets[f"r{rep}_c{conc}"]
-                    result = bench(urls[name], model, dataset, conc, counts[conc], args, out)
-                    cpu = server_cpu_seconds(urls[name]) - cpu
-                    into[name][conc].append(run_figures(result, before, sample(urls[name]), cpu))
-                    print(
-                        f"[{name}] repeat {rep} c={conc}{tag}: {json.dumps(into[name][conc][-1])}",
-                        flush=True,
+                    figures = measure(
+                        urls[name], name, model, dataset, conc, counts[conc], args, out
                     )
+                    into[name][conc].append(figures)
+                    print(f"[{name}] repeat {rep} c={conc}{tag}: {json.dumps(figures)}", flush=True)
     return runs, replays
 
 
@@ -257,17 +264,14 @@ def main() -> int:
         "runs": {n: {str(c): rs for c, rs in by.items()} for n, by in runs.items()},
         "page_cache_resident": residency,
     }
-    for key, num, den, figure in RATIOS:
-        per_repeat = repeat_ratios(runs, num, den, figure)
+    ratios = [(runs, *ratio) for ratio in RATIOS]
+    if replays:
+        ratios.append((replays, "replayed_ssd_over_dram_throughput", "ssd-1/16", "dram", "total_tok_s"))  # fmt: skip
+        summary["replays"] = {n: {str(c): rs for c, rs in by.items()} for n, by in replays.items()}
+    for source, key, num, den, figure in ratios:
+        per_repeat = repeat_ratios(source, num, den, figure)
         summary[key] = {c: median_of(r) for c, r in per_repeat.items()}
         summary[key + "_per_repeat"] = per_repeat
-    if replays:
-        per_repeat = repeat_ratios(replays, "ssd-1/16", "dram", "total_tok_s")
-        summary["replayed_ssd_over_dram_throughput"] = {
-            c: median_of(r) for c, r in per_repeat.items()
-        }
-        summary["replayed_ssd_over_dram_throughput_per_repeat"] = per_repeat
-        summary["replays"] = {n: {str(c): rs for c, rs in by.items()} for n, by in replays.items()}
     if "ssd-1/16" in runs:
         r = exposed_ratio([f for rs in runs["ssd-1/16"].values() for f in rs])
         summary["prefetch_exposed_ratio"] = None if r is None else round(r, 4)
@@ -278,11 +282,9 @@ def main() -> int:
             if n.startswith("ssd")
         }
     print()
-    for key in ("ssd_over_dram_throughput", "ssd_over_dram_p90_tpot", "dram_over_off_throughput"):
+    printed = ("ssd_over_dram_throughput", "ssd_over_dram_p90_tpot", "dram_over_off_throughput")
+    for key in printed + (("replayed_ssd_over_dram_throughput",) if replays else ()):
         print(f"{key}: {describe_ratios(summary[key + '_per_repeat'])}")
-    if replays:
-        ratios = describe_ratios(summary["replayed_ssd_over_dram_throughput_per_repeat"])
-        print(f"replayed (the same prompts again) ssd_over_dram_throughput: {ratios}")
     print(f"prefetch_exposed_ratio: {summary.get('prefetch_exposed_ratio')}")
     print(f"page cache resident share of the table files: {residency}")
     print(f"greedy outputs equal to dram's: {summary.get('ssd_outputs_equal_dram')}")
