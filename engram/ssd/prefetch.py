@@ -4,9 +4,9 @@
 thread dedups the ids and reads their rows into the handle's own host buffer (pinned on
 a GPU) or, past the table's prefetch budget, only into the page cache. A later lookup
 of exactly the prefetched ids takes the handle's rows as they are; any other lookup
-takes every row it can from the live handles of its table (waiting for a handle still
-reading rows it needs; skipping handles the thread has not reached yet) and reads the
-rest. Handles live until released; when the budget is exceeded the oldest ones are
+takes every row it can from the live handles of its table done reading, then from the
+RAM cache, then from handles still reading (waiting for them; skipping handles the
+thread has not reached yet), and reads the rest. Handles live until released; when the budget is exceeded the oldest ones are
 released for the newest. A request's row ids are known as soon as it is tokenized, so
 the plugin calls ``prefetch`` at admission (and one decode step ahead). With chunked
 prefill, prefetch each chunk's ids as its own handle, in order: a lookup waits for the
@@ -162,17 +162,45 @@ class ReadAhead:
                     return handle.ids, handle.inverse, rows
         return None
 
-    def take(self, ids: np.ndarray, out: np.ndarray, need: np.ndarray) -> None:
-        """Copy the rows of distinct ``ids`` still ``need``-ed that live handles hold
-        into ``out`` (row ``i`` for ``ids[i]``) and clear their ``need``."""
+    def take_read(
+        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray
+    ) -> list[PrefetchHandle]:
+        """Copy the rows of distinct ``ids`` still ``need``-ed that live handles done
+        reading hold into ``out`` (row ``i`` for ``ids[i]``) and clear their ``need``.
+        Returns the handles still reading, for :meth:`take_reading` once the caller has
+        taken what it holds elsewhere."""
+        reading = []
         for handle in self._live():
             if not handle.deduped() or handle.ids.size == 0:
                 continue  # not started yet: reading ourselves beats waiting behind others
-            if not kernels.cache.any_held(handle.ids, ids, need) or not handle.wait():
-                continue  # not ours, or failed (re-read by the caller)
-            rows = handle.rows
-            if rows is not None:  # None: page cache only, or released meanwhile
-                self.hits += kernels.cache.take_held(handle.ids, rows.numpy(), ids, need, out)
+            if not handle.done():
+                reading.append(handle)
+            elif kernels.cache.any_held(handle.ids, ids, need):
+                self._take(handle, ids, out, need)
+        return reading
+
+    def take_reading(
+        self, handles: list[PrefetchHandle], ids: np.ndarray, out: np.ndarray, need: np.ndarray
+    ) -> int:
+        """Like :meth:`take_read` for ``handles``, waiting for each that holds rows still
+        ``need``-ed. Returns how many rows they gave."""
+        taken = 0
+        for handle in handles:
+            if kernels.cache.any_held(handle.ids, ids, need):
+                taken += self._take(handle, ids, out, need)
+        return taken
+
+    def _take(
+        self, handle: PrefetchHandle, ids: np.ndarray, out: np.ndarray, need: np.ndarray
+    ) -> int:
+        if not handle.wait():
+            return 0  # failed: re-read by the caller
+        rows = handle.rows
+        if rows is None:  # page cache only, or released meanwhile
+            return 0
+        taken = kernels.cache.take_held(handle.ids, rows.numpy(), ids, need, out)
+        self.hits += taken
+        return taken
 
     def _live(self) -> list[PrefetchHandle]:
         with self._lock:

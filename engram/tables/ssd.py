@@ -1,9 +1,9 @@
 """``ssd``: rows in files on local NVMe, read on demand (format: :mod:`engram.ssd.layout`).
 
-A lookup dedups its row ids, takes what it can from prefetched rows and the RAM row
-cache, reads the rest from the data file with the chosen read strategy (only the pages
-holding them), gathers everything into a bounce buffer (pinned on a GPU), copies it to
-the device asynchronously and dequantises there. Every block is checked against its
+A lookup dedups its row ids, takes what it can from read-ahead handles done reading,
+the RAM row cache and handles still reading, reads the rest from the data file with the
+chosen read strategy (only the pages holding them), gathers everything into a bounce
+buffer (pinned on a GPU), copies it to the device asynchronously and dequantises there. Every block is checked against its
 hash the first time it is read from the disk (:mod:`engram.ssd.block_hashes`), so rows
 reach the RAM cache, the read-ahead handles and the caller only from checked blocks. An
 I/O error fails that one lookup with :class:`EngramIOError`; a block that fails its
@@ -153,9 +153,18 @@ class SsdTable(EngramTable):
         out = rows.numpy()
         need = self._need(unique.size)
         started = time.perf_counter()
-        self._ahead.take(unique, out, need)
+        reading = self._ahead.take_read(unique, out, need)
         self.handle_wait_seconds += time.perf_counter() - started
-        self._cache_hits = self._read(unique, out, need)
+        self._cache_hits, at = self._from_cache(unique, out, need)
+        if reading and (at is ALL_ROWS or at.size):
+            # NOTE: only now, after the RAM cache: a handle still reading admits its
+            # rows to the cache as it goes, so waiting for it first made lookups wait for
+            # rows the cache already held (in a replay, all of them).
+            started = time.perf_counter()
+            if self._ahead.take_reading(reading, unique, out, need):
+                at = np.flatnonzero(need)  # NOTE: allocates only when such handles gave rows
+            self.handle_wait_seconds += time.perf_counter() - started
+        self._from_file(unique, out, at)
         return unique, inverse, rows, index
 
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
@@ -184,24 +193,29 @@ class SsdTable(EngramTable):
         need[:] = True
         return need
 
-    def _read(
-        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray, *, by: str = "lookup"
-    ) -> int:
-        """Rows of sorted distinct ``ids`` still ``need``-ed (``self._need``'s flags) into
-        ``out``: RAM cache first, then the file (read time counted under ``by``). Returns
-        how many came from the RAM cache."""
-        scratch = self._scratch
-        hits = 0
+    def _from_cache(
+        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray
+    ) -> tuple[int, np.ndarray]:
+        """Rows of sorted distinct ``ids`` still ``need``-ed (``self._need``'s flags) that
+        the RAM cache holds into ``out``, their ``need`` cleared. Returns (hits, positions
+        in ``ids`` of the rows still needed, ``ALL_ROWS`` for all of them)."""
         if self._cache is not None:
+            scratch = self._scratch
             hits, missed = self._cache.take(ids, need, out, scratch.missed[: ids.size])
-            at = scratch.missed[:missed]
-        elif need.all():
-            at = ALL_ROWS
-        else:
-            at = np.flatnonzero(need)  # NOTE: only after read-ahead handles gave rows
-        miss = ids if at is ALL_ROWS else np.take(ids, at, out=scratch.ids[: at.size])
+            return hits, scratch.missed[:missed]
+        if need.all():
+            return 0, ALL_ROWS
+        return 0, np.flatnonzero(need)  # NOTE: only after read-ahead handles gave rows
+
+    def _from_file(
+        self, ids: np.ndarray, out: np.ndarray, at: np.ndarray, *, by: str = "lookup"
+    ) -> None:
+        """The rows of ``ids[at]`` (all of them for ``ALL_ROWS``) from the file into
+        ``out`` (row ``i`` for ``ids[i]``; read time counted under ``by``), admitted to
+        the RAM cache."""
+        miss = ids if at is ALL_ROWS else np.take(ids, at, out=self._scratch.ids[: at.size])
         if miss.size == 0:
-            return hits
+            return
         started = time.perf_counter()
         try:
             self._reader.read_rows(miss, out, at)
@@ -225,7 +239,6 @@ class SsdTable(EngramTable):
         self.read_seconds[by] += time.perf_counter() - started
         if self._cache is not None:
             self._cache.put(miss, out, at)
-        return hits
 
     # ---- prefetch ---------------------------------------------------------------------
 
@@ -249,7 +262,9 @@ class SsdTable(EngramTable):
         rows = torch.empty(
             (ids.size, self.row_bytes), dtype=torch.uint8, device="cpu", pin_memory=pinned
         )
-        self._read(ids, rows.numpy(), self._need(ids.size), by="ahead")
+        out = rows.numpy()
+        _, at = self._from_cache(ids, out, self._need(ids.size))
+        self._from_file(ids, out, at, by="ahead")
         return rows
 
     def refresh_residency(self) -> None:

@@ -4,7 +4,9 @@ and the lookup then reads nothing from the file."""
 from __future__ import annotations
 
 import mmap
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,8 @@ import torch
 
 from engram.ssd.layout import DiskLayout
 from engram.ssd.prefetch import MAX_LIVE_HANDLES
+from engram.ssd.readers import ALL_ROWS, READERS, register_reader
+from engram.ssd.readers.pread import PreadReader
 from engram.ssd.sysmem import mincore
 from engram.tables import create_table
 from test.ssd.helpers import random_table
@@ -107,6 +111,71 @@ def test_a_lookup_waits_for_a_prefetch_still_reading(tmp_path: Path) -> None:
     assert handle._deduped.wait(timeout=30)
     assert torch.equal(table.lookup(ids), dram.lookup(ids))  # no wait() for the rows
     assert table.stats()["prefetch_hits"] == torch.unique(ids).numel()
+    table.close()
+
+
+class GatedReader(PreadReader):
+    """A real reader whose reads on the read-ahead thread wait at a gate (a stand-in for
+    a slow disk, which a test cannot make on demand): its handles stay "still reading"
+    for as long as the test holds the gate."""
+
+    name = "test-gated"
+    entered = threading.Event()
+    gate = threading.Event()
+
+    def read_rows(self, ids: np.ndarray, out: np.ndarray, at: np.ndarray = ALL_ROWS) -> None:
+        if threading.current_thread().name == "engram-prefetch":
+            GatedReader.entered.set()
+            GatedReader.gate.wait(timeout=60)
+        super().read_rows(ids, out, at)
+
+
+@pytest.fixture
+def gated() -> Iterator[type[GatedReader]]:
+    GatedReader.entered.clear()
+    GatedReader.gate.clear()
+    register_reader(GatedReader)
+    yield GatedReader
+    GatedReader.gate.set()
+    del READERS[GatedReader.name]
+
+
+def _lookup_in_thread(table, ids: torch.Tensor) -> tuple[threading.Thread, list[torch.Tensor]]:
+    got: list[torch.Tensor] = []
+    thread = threading.Thread(target=lambda: got.append(table.lookup(ids)), daemon=True)
+    thread.start()
+    return thread, got
+
+
+def test_rows_in_the_ram_cache_never_wait_for_a_handle_still_reading(
+    tmp_path: Path, gated: type[GatedReader]
+) -> None:
+    weight, scale = random_table(ROWS, DIM)
+    dram = create_table("dram", weight, scale)
+    table = create_table(
+        "ssd", weight, scale, path=tmp_path / "t", read=gated.name, ram_cache_bytes=16 << 20
+    )
+    order = torch.randperm(ROWS)
+    cached, unread = order[:300], order[300:500]
+    assert torch.equal(table.lookup(cached), dram.lookup(cached))  # into the RAM cache
+    handle = table.prefetch(torch.cat([cached, unread]))
+    assert gated.entered.wait(timeout=30)  # the handle is reading `unread`, held at the gate
+
+    # rows the RAM cache holds (the handle holds them too): served without waiting
+    some = cached[torch.randperm(300)[:120]]
+    thread, got = _lookup_in_thread(table, some)
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "a lookup of cached rows waited for a handle still reading"
+    assert torch.equal(got[0], dram.lookup(some)) and table.stats()["prefetch_hits"] == 0
+
+    # rows only the handle will hold: the lookup waits for it, then takes its rows
+    thread, got = _lookup_in_thread(table, unread[:80])
+    time.sleep(0.5)
+    assert thread.is_alive() and not handle.done()
+    gated.gate.set()
+    thread.join(timeout=30)
+    assert torch.equal(got[0], dram.lookup(unread[:80]))
+    assert table.stats()["prefetch_hits"] == 80
     table.close()
 
 
