@@ -34,6 +34,9 @@ DEFAULT_PREFETCH_BYTES = GIB
 # evicted them (hundreds after a benchmark's ~500 prompts; a 1 GiB budget holds ~5,000
 # of 256 tokens of the tiny model). Past this count the oldest are released.
 MAX_LIVE_HANDLES = 64
+# bits of a handle's id filter per distinct id (one hash: ~6 % of the ids it does not
+# hold pass to a binary search)
+FILTER_BITS_PER_ID = 16
 
 
 class PrefetchHandle:
@@ -43,6 +46,7 @@ class PrefetchHandle:
         self.row_bytes = row_bytes
         self.ids = np.empty(0, dtype=np.int64)  # sorted distinct ids, once deduplicated
         self.inverse = np.empty(0, dtype=np.int64)
+        self.bits, self.shift = np.zeros(1, dtype=np.uint64), 58  # ``ids``' filter
         self.rows: torch.Tensor | None = None
         self.error: BaseException | None = None
         self.released = False
@@ -78,6 +82,10 @@ class PrefetchHandle:
             callback(self)
 
     def _set_ids(self, ids: np.ndarray, inverse: np.ndarray) -> None:
+        # NOTE: the filter before the ids: a lookup reads both once ``deduped()``.
+        log2_bits = max(6, int(ids.size * FILTER_BITS_PER_ID - 1).bit_length())
+        self.bits, self.shift = np.zeros(1 << (log2_bits - 6), dtype=np.uint64), 64 - log2_bits
+        kernels.cache.mark_held(ids, self.bits, self.shift)
         self.ids, self.inverse = ids, inverse
         self._deduped.set()
 
@@ -162,9 +170,7 @@ class ReadAhead:
                     return handle.ids, handle.inverse, rows
         return None
 
-    def take_read(
-        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray
-    ) -> list[PrefetchHandle]:
+    def take_read(self, ids: np.ndarray, out: np.ndarray, need: np.ndarray) -> list[PrefetchHandle]:
         """Copy the rows of distinct ``ids`` still ``need``-ed that live handles done
         reading hold into ``out`` (row ``i`` for ``ids[i]``) and clear their ``need``.
         Returns the handles still reading, for :meth:`take_reading` once the caller has
@@ -175,7 +181,7 @@ class ReadAhead:
                 continue  # not started yet: reading ourselves beats waiting behind others
             if not handle.done():
                 reading.append(handle)
-            elif kernels.cache.any_held(handle.ids, ids, need):
+            elif kernels.cache.any_held(handle.ids, handle.bits, handle.shift, ids, need):
                 self._take(handle, ids, out, need)
         return reading
 
@@ -186,7 +192,7 @@ class ReadAhead:
         ``need``-ed. Returns how many rows they gave."""
         taken = 0
         for handle in handles:
-            if kernels.cache.any_held(handle.ids, ids, need):
+            if kernels.cache.any_held(handle.ids, handle.bits, handle.shift, ids, need):
                 taken += self._take(handle, ids, out, need)
         return taken
 
@@ -198,7 +204,9 @@ class ReadAhead:
         rows = handle.rows
         if rows is None:  # page cache only, or released meanwhile
             return 0
-        taken = kernels.cache.take_held(handle.ids, rows.numpy(), ids, need, out)
+        taken = kernels.cache.take_held(
+            handle.ids, handle.bits, handle.shift, rows.numpy(), ids, need, out
+        )
         self.hits += taken
         return taken
 

@@ -17,6 +17,7 @@ from engram.ssd.integrity import verify_table
 from engram.ssd.kernels.constants import COUNT, END_BLOCK, END_ROW, END_RUN, FIRST, SLOT
 from engram.ssd.layout import DiskLayout
 from engram.ssd.manifest import TableManifest
+from engram.ssd.prefetch import PrefetchHandle
 from engram.ssd.readers import reader_names
 from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
@@ -176,6 +177,30 @@ def test_ram_cache_is_lru_within_each_set() -> None:
                 s.pop(0)
             s.append(i)
     assert cache.hits > 0 and cache.misses > 0
+
+
+def test_a_handles_filter_never_hides_a_row_it_holds() -> None:
+    """Taking rows from a handle through its bit filter gives exactly what a plain
+    membership test gives, with ids it holds, ids it does not and rows no longer needed."""
+    rng = np.random.default_rng()
+    for _ in range(20):
+        held = np.unique(rng.integers(0, 1 << 40, int(rng.integers(30, 5_000))))
+        handle = PrefetchHandle(held, keep_rows=True, row_bytes=3)
+        handle._set_ids(held, np.arange(held.size))
+        rows = rng.integers(0, 256, (held.size, 3), dtype=np.uint8)
+        others = rng.integers(0, 1 << 40, int(rng.integers(1, 20_000)))
+        ids = np.unique(np.concatenate([rng.choice(held, held.size // 3), others]))
+        need = rng.random(ids.size) < 0.8
+        want_taken = need & np.isin(ids, held)
+        filt = (handle.bits, handle.shift)
+        assert kernels.cache.any_held(held, *filt, ids, need) == want_taken.any()
+        out = np.zeros((ids.size, 3), dtype=np.uint8)
+        still = need.copy()
+        taken = kernels.cache.take_held(held, *filt, rows, ids, still, out)
+        assert taken == want_taken.sum() > 0
+        assert np.array_equal(still, need & ~want_taken)
+        assert np.array_equal(out[want_taken], rows[np.searchsorted(held, ids[want_taken])])
+        assert not out[~want_taken].any()
 
 
 def test_every_kernel_has_its_one_signature_and_lookups_match_them(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """Taking rows from what a lookup holds in memory, in compiled loops (numba): the RAM
 row cache (one pass per lookup to take hits, one per read to admit rows) and the rows
-of read-ahead handles (sorted ids, looked up by binary search).
+of read-ahead handles (sorted ids, looked up by binary search behind a one-hash bit
+filter: a lookup asks every live handle for every row it still needs, and most ids are
+not in most handles).
 
 Row ``r`` may live only in set ``r % n_sets``, in one of its ``ways`` slots; ``tags``
 ``[n_sets, ways]`` holds each slot's row id (``MISS``: empty) and ``stamps`` the clock
@@ -14,7 +16,18 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from engram.ssd.kernels.types import FLAGS, FLAGS_IN, I64, I64_2, I64_IN, INT, ROWS, ROWS_IN
+from engram.ssd.kernels.types import (
+    FLAGS,
+    FLAGS_IN,
+    I64,
+    I64_2,
+    I64_IN,
+    INT,
+    ROWS,
+    ROWS_IN,
+    U64,
+    U64_IN,
+)
 
 
 @numba.njit(nogil=True)
@@ -117,25 +130,57 @@ def _find(held: np.ndarray, value: int) -> int:
     return lo if lo < held.size and held[lo] == value else -1
 
 
-@numba.njit([numba.boolean(I64_IN, I64_IN, FLAGS_IN)], nogil=True, cache=True)
-def any_held(held: np.ndarray, ids: np.ndarray, need: np.ndarray) -> bool:
-    """Whether sorted distinct ``held`` holds any ``ids[i]`` still ``need``-ed."""
+@numba.njit(nogil=True)
+def _bit(value: int, shift: int) -> numba.uint64:
+    """``value``'s bit in a filter of ``2 ** (64 - shift)`` bits (a multiplicative hash:
+    the top bits of the product)."""
+    return (numba.uint64(value) * numba.uint64(0x9E3779B97F4A7C15)) >> numba.uint64(shift)
+
+
+@numba.njit(nogil=True)
+def _maybe_held(bits: np.ndarray, shift: int, value: int) -> bool:
+    b = _bit(value, shift)
+    return (bits[b >> numba.uint64(6)] >> (b & numba.uint64(63))) & numba.uint64(1) != 0
+
+
+@numba.njit([numba.void(I64_IN, U64, INT)], nogil=True, cache=True)
+def mark_held(held: np.ndarray, bits: np.ndarray, shift: int) -> None:
+    """Set the bit of every ``held`` id in the filter ``bits`` (``2 ** (64 - shift)``
+    bits, cleared): :func:`any_held` and :func:`take_held` then binary-search only ids
+    whose bit is set."""
+    for i in range(held.size):
+        b = _bit(held[i], shift)
+        bits[b >> numba.uint64(6)] |= numba.uint64(1) << (b & numba.uint64(63))
+
+
+@numba.njit([numba.boolean(I64_IN, U64_IN, INT, I64_IN, FLAGS_IN)], nogil=True, cache=True)
+def any_held(
+    held: np.ndarray, bits: np.ndarray, shift: int, ids: np.ndarray, need: np.ndarray
+) -> bool:
+    """Whether sorted distinct ``held`` (its filter ``bits``, ``shift``) holds any
+    ``ids[i]`` still ``need``-ed."""
     for i in range(ids.size):
-        if need[i] and _find(held, ids[i]) >= 0:
+        if need[i] and _maybe_held(bits, shift, ids[i]) and _find(held, ids[i]) >= 0:
             return True
     return False
 
 
-@numba.njit([INT(I64_IN, ROWS_IN, I64_IN, FLAGS, ROWS)], nogil=True, cache=True)
+@numba.njit([INT(I64_IN, U64_IN, INT, ROWS_IN, I64_IN, FLAGS, ROWS)], nogil=True, cache=True)
 def take_held(
-    held: np.ndarray, rows: np.ndarray, ids: np.ndarray, need: np.ndarray, out: np.ndarray
+    held: np.ndarray,
+    bits: np.ndarray,
+    shift: int,
+    rows: np.ndarray,
+    ids: np.ndarray,
+    need: np.ndarray,
+    out: np.ndarray,
 ) -> int:
-    """Copy the rows of ``ids[i]`` still ``need``-ed that sorted distinct ``held`` holds
-    (``rows[j]`` for ``held[j]``) to ``out[i]`` and clear their ``need``. Returns how
-    many."""
+    """Copy the rows of ``ids[i]`` still ``need``-ed that sorted distinct ``held`` (its
+    filter ``bits``, ``shift``) holds (``rows[j]`` for ``held[j]``) to ``out[i]`` and
+    clear their ``need``. Returns how many."""
     taken = 0
     for i in range(ids.size):
-        if need[i]:
+        if need[i] and _maybe_held(bits, shift, ids[i]):
             pos = _find(held, ids[i])
             if pos >= 0:
                 _copy_row(out, i, rows, pos)
