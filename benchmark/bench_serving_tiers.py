@@ -19,11 +19,13 @@ prompts of held-out Python source (``tiers_workload``) that no other run gets. A
 (ssd/dram, dram/off) is taken within a repeat, between runs minutes apart, and the
 median over repeats is reported with its range. Prints per config and concurrency the
 median total and output tok/s, P90 TPOT and TTFT, Engram rows/s read from disk, the
-RAM-cache hit ratio, read-ahead hits and the exposed read ratio; whether greedy ssd
-outputs equal dram's; the RAM-cache hit ratio against cache size on the rows of all
-held-out pieces; a PNG; and a last line of JSON. ``--replay`` runs each point's prompts
-twice in a row, and reports ssd/dram of the second pass too: with the rows in the RAM
-cache, what ssd costs beyond reading rows of text it has never seen.
+RAM-cache hit ratio, read-ahead hits and the exposed read ratio; the disk's random
+4 KiB reads/s before and after the runs (``disk_probe``: a cold row costs about one
+such read, so this sets the pace of first reads); whether greedy ssd outputs equal
+dram's; the RAM-cache hit ratio against cache size on the rows of all held-out pieces;
+a PNG; and a last line of JSON. ``--replay`` runs each point's prompts twice in a row,
+and reports ssd/dram of the second pass too: with the rows in the RAM cache, what ssd
+costs beyond reading rows of text it has never seen.
 
     python benchmark/bench_serving_tiers.py --table-gib 8
 """
@@ -43,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmark"))
 
+from disk_probe import random_reads_per_s  # noqa: E402
 from tiers_report import (  # noqa: E402
     describe_ratios,
     drop_page_cache,
@@ -65,6 +68,9 @@ CONFIGS = {"dram": None, "ssd-1/16": 1 / 16, "ssd-1/4": 1 / 4, "off": None}
 CURVE_FRACTIONS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
 SEED = 1
 CHECK_PROMPTS, CHECK_PROMPT_TOKENS, CHECK_NEW_TOKENS = 4, 96, 32
+# NOTE: the depth the direct reader reaches on a large cold lookup (its plan submits
+# every block at once, up to engram.ssd.readers.direct.QUEUE_DEPTH)
+DISK_PROBE_DEPTH = 512
 # NOTE: one tiny-model CPU server's memory besides its tables and cache (its scheduler,
 # tokenizer and detokenizer processes: ~2.6 GiB measured, four servers at once on 24 GiB).
 SERVER_GIB = 2.5
@@ -204,6 +210,13 @@ def main() -> int:
         help="run each point's prompts a second time at once (prefix cache flushed): ssd "
         "then finds their rows in its RAM cache, which isolates the cost of first reads",
     )
+    parser.add_argument(
+        "--disk-probe-s",
+        type=float,
+        default=3.0,
+        help="seconds of random 4 KiB reads of a table file before and after the runs "
+        "(benchmark/disk_probe.py): what the disk gave while the servers ran; 0 skips it",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench_serving_tiers")
     args = parser.parse_args()
     configs = args.configs.split(",")
@@ -212,6 +225,9 @@ def main() -> int:
         return 2
     if args.repeats < 1:
         print(f"error: --repeats must be at least 1, not {args.repeats}")
+        return 2
+    if args.disk_probe_s < 0:
+        print(f"error: --disk-probe-s must be 0 or more, not {args.disk_probe_s}")
         return 2
     if problem := check_memory(configs, args.table_gib):
         print(problem)
@@ -237,14 +253,19 @@ def main() -> int:
     )  # fmt: skip
     checks = [p[:CHECK_PROMPT_TOKENS] for p in served[:CHECK_PROMPTS]]
 
-    residency = {}
+    residency, disk = {}, {}
     with ExitStack() as stack:
         urls = start_servers(stack, configs, model, args, work)
         files = table_files(args.ssd_dir) if any(CONFIGS[n] for n in configs) else []
+        probe = files and args.disk_probe_s > 0
         if files:
             drop_page_cache(files)  # what the conversion (or the servers' checks) left there
             residency["before"] = resident_fraction(files)
+        if probe:
+            disk["before"] = random_reads_per_s(files[-1], DISK_PROBE_DEPTH, args.disk_probe_s)
         runs, replays = serve_repeats(urls, model, datasets, counts, args, work)
+        if probe:
+            disk["after"] = random_reads_per_s(files[-1], DISK_PROBE_DEPTH, args.disk_probe_s)
         if files:
             residency["after"] = resident_fraction(files)
         outputs = {
@@ -263,6 +284,7 @@ def main() -> int:
         "configs": {n: {str(c): r for c, r in by.items()} for n, by in results.items()},
         "runs": {n: {str(c): rs for c, rs in by.items()} for n, by in runs.items()},
         "page_cache_resident": residency,
+        "disk_random_4k_reads_per_s": disk,
     }
     ratios = [(runs, *ratio) for ratio in RATIOS]
     if replays:
@@ -287,6 +309,12 @@ def main() -> int:
         print(f"{key}: {describe_ratios(summary[key + '_per_repeat'])}")
     print(f"prefetch_exposed_ratio: {summary.get('prefetch_exposed_ratio')}")
     print(f"page cache resident share of the table files: {residency}")
+    if disk:
+        print(
+            f"the disk's random 4 KiB reads/s at depth {DISK_PROBE_DEPTH} "
+            f"(benchmark/disk_probe.py): {disk['before']:,.0f} before the runs, "
+            f"{disk['after']:,.0f} after"
+        )
     print(f"greedy outputs equal to dram's: {summary.get('ssd_outputs_equal_dram')}")
 
     # NOTE: the curve replays every held-out piece (the served prompts are a sample of

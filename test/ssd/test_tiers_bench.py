@@ -71,6 +71,25 @@ def test_page_cache_residency_is_measured_and_dropped(tmp_path) -> None:
     assert resident_fraction([path]) < 0.5
 
 
+def test_disk_probe_reads_the_file_at_each_depth_and_names_bad_input(tmp_path) -> None:
+    path = tmp_path / "rows.bin"
+    path.write_bytes(np.random.default_rng().integers(0, 255, 8 << 20, dtype=np.uint8).tobytes())
+    probe = [sys.executable, str(REPO / "benchmark/disk_probe.py")]
+    run = subprocess.run(
+        [*probe, "--file", str(path), "--depths", "1,16", "--seconds", "0.3"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set(figures["reads_per_s"]) == {"1", "16"}
+    assert all(rate > 0 for rate in figures["reads_per_s"].values())
+    for bad, named in ((["--file", str(tmp_path / "none")], "is not a file"),
+                       (["--file", str(path), "--depths", "4,x"], "--depths")):  # fmt: skip
+        run = subprocess.run([*probe, *bad], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and named in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> None:
     out = tmp_path / "out"
@@ -79,6 +98,7 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
         "--model", str(tmp_path / "m"), "--ssd-dir", str(tmp_path / "ssd"), "--out", str(out),
         "--configs", "dram,ssd-1/16", "--concurrencies", "2", "--repeats", "2",
         "--num-prompts", "1", "--input-len", "48", "--output-len", "4", "--replay",
+        "--disk-probe-s", "0.5",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -98,6 +118,9 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
         summary["configs"][n]["2"]["server_cpu_ms_per_token"] > 0 for n in summary["configs"]
     )
     assert summary["page_cache_resident"]["after"] < 0.01
+    disk = summary["disk_random_4k_reads_per_s"]
+    assert disk["before"] > 0 and disk["after"] > 0
+    assert "the disk's random 4 KiB reads/s at depth 512" in proc.stdout
     assert summary["ssd_outputs_equal_dram"] == {"ssd-1/16": 1.0}
     assert 0 <= summary["prefetch_exposed_ratio"] <= 1
     assert Path(summary["png"]).stat().st_size > 10_000
