@@ -66,9 +66,9 @@ def _assert_rows(table, reference, ids: torch.Tensor) -> None:
 def test_admitted_prompt_rows_come_from_the_prefetch(served) -> None:
     hasher, tables, references = served
     prompt = torch.randint(0, hasher.vocab_size, (200,))
-    assert read_ahead.prefetch_prompt(prompt.tolist()) == 0  # no hasher registered yet
+    assert read_ahead.prefetch_prompt(prompt.tolist()) == []  # no hasher registered yet
     table_registry.set_hasher(EngramRowHasher(hasher))
-    assert read_ahead.prefetch_prompt(prompt.tolist()) == hasher.spec.n_layers
+    assert len(read_ahead.prefetch_prompt(prompt.tolist())) == hasher.spec.n_layers
     row_ids = hasher.hash(prompt)
     for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
         _assert_rows(table, ref, row_ids[:, i])
@@ -192,7 +192,7 @@ def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
         table_registry.add(spec.layer_ids[0], shard, row_start=start)
         table_registry.set_hasher(EngramRowHasher(hasher))
         prompt = torch.randint(0, hasher.vocab_size, (300,))
-        assert read_ahead.prefetch_prompt(prompt.tolist()) == 1
+        assert len(read_ahead.prefetch_prompt(prompt.tolist())) == 1
         ids = hasher.hash(prompt)[:, 0].reshape(-1)
         owned = ids[(ids >= start) & (ids < end)]
         got = shard.lookup(owned - start)
@@ -266,3 +266,46 @@ def test_admission_hook_reads_what_the_prefill_will_look_up(served) -> None:
     for i, table in enumerate(tables):
         table.lookup(row_ids[:, i])
         assert table.stats()["prefetch_hits"] == torch.unique(row_ids[:, i]).numel()
+
+
+def test_a_prompts_read_ahead_is_released_once_its_prefill_ran(served) -> None:
+    """Real SGLang requests in a real ScheduleBatch; the scheduler object stands in for
+    SGLang's Scheduler and carries only its disaggregation and overlap modes. The
+    handles a request took at admission live until the extend batch that ends its
+    prefill has run; a request with chunks still to run keeps them."""
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang_engram.integration import run_batch
+
+    hasher, tables, references = served
+    table_registry.set_hasher(EngramRowHasher(hasher))
+    scheduler = SimpleNamespace(disaggregation_mode=DisaggregationMode.NULL)
+    reqs = [
+        Req(f"r{k}", "", torch.randint(0, hasher.vocab_size, (random.randint(9, 60),)).tolist(), SamplingParams())
+        for k in range(3)
+    ]  # fmt: skip
+    for req in reqs:
+        read_ahead.after_add_request_to_queue(None, scheduler, req)
+    n_layers = hasher.spec.n_layers
+    assert all(len(vars(r)[read_ahead.PROMPT_HANDLES]) == n_layers for r in reqs)
+    chunked = reqs[1]
+    chunked.is_chunked = 1
+    batch = ScheduleBatch(reqs=reqs)
+    batch.forward_mode = ForwardMode.DECODE
+    assert read_ahead.release_prefilled(batch) == 0  # a decode batch prefills nothing
+    batch.forward_mode = ForwardMode.EXTEND
+    scheduler.enable_overlap = False
+    run_batch.after_run_batch(None, scheduler, batch)  # the plugin's hook on run_batch
+    assert all(read_ahead.PROMPT_HANDLES not in vars(r) for r in (reqs[0], reqs[2]))
+    kept = vars(chunked)[read_ahead.PROMPT_HANDLES]
+    assert all(h.wait(30) and h.nbytes > 0 for h in kept)  # read: its size is settled
+    assert [t.stats()["prefetch_bytes_held"] for t in tables] == [h.nbytes for h in kept]
+    # its last chunk runs: released too; its rows read again are the same rows
+    chunked.is_chunked = 0
+    assert read_ahead.release_prefilled(batch) == n_layers
+    assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
+    row_ids = hasher.hash(torch.tensor(chunked.origin_input_ids))
+    for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
+        _assert_rows(table, ref, row_ids[:, i])

@@ -81,7 +81,8 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "AFTER",
         "answer the requests of a batch whose Engram lookup failed (damaged SSD table, I/O "
         "error) with a 500 instead of a dead scheduler; under the overlap scheduler, start "
-        "reading the next decode step's Engram rows from SSD once its tokens are sampled",
+        "reading the next decode step's Engram rows from SSD once its tokens are sampled; "
+        "release a request's prompt read-ahead once its prefill has run",
     ),
     Hook(
         "sglang.srt.managers.tokenizer_manager",

@@ -3,7 +3,8 @@
 Row ids depend on token ids alone, so they are known early:
 
 - **at admission**: when the scheduler queues a request, every row its prefill will
-  look up follows from the prompt;
+  look up follows from the prompt (the request keeps these handles until the batch that
+  finishes its prefill has run, then releases them);
 - **one decode step ahead**: as soon as a step's tokens are sampled, the rows the next
   step looks up (the n-grams ending at each new token) follow from them.
 
@@ -30,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 # (index of the layer in the hasher's output, table, first global row the table holds)
 Target = tuple[int, object, int]
+# NOTE: the attribute of an SGLang ``Req`` that holds its prompt's read-ahead handles
+# until its prefill has run: a request that is aborted first takes them with it.
+PROMPT_HANDLES = "_engram_prompt_handles"
 
 
 def _targets() -> list[Target]:
@@ -58,13 +62,31 @@ def _prefetch(targets: list[Target], row_ids: torch.Tensor) -> list[tuple[object
     return started
 
 
-def prefetch_prompt(token_ids: Sequence[int]) -> int:
+def prefetch_prompt(token_ids: Sequence[int]) -> list[PrefetchHandle]:
     """Start reading the rows of ``token_ids`` (a whole prompt, from its start) in every
-    prefetching table; returns how many tables started."""
+    prefetching table; returns the handles, one per table that started."""
     targets = _targets()
     if not targets or not token_ids:
+        return []
+    started = _prefetch(targets, served.hasher().prompt_rows(token_ids))
+    return [handle for _, handle in started]
+
+
+def release_prefilled(batch: object) -> int:
+    """Release the prompt handles of ``batch``'s requests whose prefill it ran to the end
+    (after ``run_batch``: its lookups are done); returns how many. Every lookup searches
+    every live handle, so a prefilled prompt's handle only costs."""
+    if served.hasher() is None or not batch.forward_mode.is_extend():
         return 0
-    return len(_prefetch(targets, served.hasher().prompt_rows(token_ids)))
+    released = 0
+    for req in batch.reqs:
+        # NOTE: a chunked request still has chunks to run: its handle stays.
+        if getattr(req, "is_chunked", 0) or PROMPT_HANDLES not in vars(req):
+            continue
+        for handle in vars(req).pop(PROMPT_HANDLES):
+            handle.release()
+            released += 1
+    return released
 
 
 def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> int:
@@ -110,7 +132,12 @@ def after_add_request_to_queue(
         mode = getattr(getattr(scheduler, "disaggregation_mode", None), "name", "NULL")
         if mode == "DECODE" or req.finished():
             return
-        prefetch_prompt([*req.origin_input_ids, *req.output_ids])
+        handles = prefetch_prompt([*req.origin_input_ids, *req.output_ids])
+        # NOTE: a retracted request is queued again: its earlier handles go first.
+        for handle in vars(req).pop(PROMPT_HANDLES, []):
+            handle.release()
+        if handles:
+            setattr(req, PROMPT_HANDLES, handles)
     except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
         logger.exception("sglang-engram: admission prefetch failed; lookups will read on demand")
 
