@@ -91,6 +91,10 @@ class PrefetchHandle:
 
     def _finish(self, rows: torch.Tensor | None, error: BaseException | None) -> None:
         self.rows, self.error = rows, error
+        # NOTE: after setting rows: a release during the read (which cleared nothing
+        # yet) must not leave them held; release() sets ``released`` before clearing.
+        if self.released:
+            self.rows = None
         self._deduped.set()
         self._done.set()
 

@@ -179,6 +179,20 @@ def test_rows_in_the_ram_cache_never_wait_for_a_handle_still_reading(
     table.close()
 
 
+def test_a_handle_released_while_it_reads_keeps_no_rows(
+    tmp_path: Path, gated: type[GatedReader]
+) -> None:
+    weight, scale = random_table(ROWS, DIM)
+    table = create_table("ssd", weight, scale, path=tmp_path / "t", read=gated.name)
+    handle = table.prefetch(torch.randperm(ROWS)[:500])
+    assert gated.entered.wait(timeout=30)  # the read-ahead thread is reading its rows
+    handle.release()
+    gated.gate.set()
+    assert handle.wait(timeout=30)
+    assert handle.rows is None and table.stats()["prefetch_bytes_held"] == 0
+    table.close()
+
+
 def test_pages_in_the_page_cache_cost_no_reads_and_dropped_ones_are_read(tmp_path: Path) -> None:
     weight, scale = random_table(ROWS, DIM)
     dram = create_table("dram", weight, scale)
