@@ -6,9 +6,10 @@ a GPU) or, past the table's prefetch budget, only into the page cache. A later l
 of exactly the prefetched ids takes the handle's rows as they are; any other lookup
 takes every row it can from the live handles of its table done reading, then from the
 RAM cache, then from handles still reading (waiting for them; skipping handles the
-thread has not reached yet), and reads the rest. Handles live until released; when the budget is exceeded the oldest ones are
-released for the newest. A request's row ids are known as soon as it is tokenized, so
-the plugin calls ``prefetch`` at admission (and one decode step ahead). With chunked
+thread has not reached yet), and reads the rest. Handles live until released; when the
+budget or ``MAX_LIVE_HANDLES`` is exceeded the oldest ones are released for the newest.
+A request's row ids are known as soon as it is tokenized, so the plugin calls
+``prefetch`` at admission (and one decode step ahead). With chunked
 prefill, prefetch each chunk's ids as its own handle, in order: a lookup waits for the
 whole handle that holds rows it needs, and the thread fills handles first come first
 served.
@@ -29,10 +30,10 @@ from engram.ssd import kernels
 # host memory a table's prefetch handles may hold (``TableOptions.prefetch_bytes``)
 DEFAULT_PREFETCH_BYTES = GIB
 # NOTE: every lookup searches every live handle for its rows, so their number bounds a
-# lookup's cost (16 k ids: 29 ms over 64 handles, 0.9 s over 2,048). A server's prompt
-# handles are not released after their prefill: they stayed live until the byte budget
-# evicted them (hundreds after a benchmark's ~500 prompts; a 1 GiB budget holds ~5,000
-# of 256 tokens of the tiny model). Past this count the oldest are released.
+# lookup's cost (16 k ids: 29 ms over 64 handles, 0.9 s over 2,048, before the filters).
+# The plugin releases a prompt's handles once its prefill has run; a caller that does
+# not would keep them until the byte budget evicts them (a 1 GiB budget holds ~5,000
+# prompts of 256 tokens of the tiny model). Past this count the oldest are released.
 MAX_LIVE_HANDLES = 64
 # bits of a handle's id filter per distinct id (one hash: ~6 % of the ids it does not
 # hold pass to a binary search)
@@ -179,21 +180,18 @@ class ReadAhead:
         reading hold into ``out`` (row ``i`` for ``ids[i]``) and clear their ``need``.
         Returns the handles still reading, for :meth:`take_reading` once the caller has
         taken what it holds elsewhere."""
-        reading = []
+        done, reading = [], []
         for handle in self._live():
-            if not handle.deduped() or handle.ids.size == 0:
-                continue  # not started yet: reading ourselves beats waiting behind others
-            if not handle.done():
-                reading.append(handle)
-            elif kernels.cache.any_held(handle.ids, handle.bits, handle.shift, ids, need):
-                self._take(handle, ids, out, need)
+            if handle.deduped() and handle.ids.size:  # NOTE: not started: read ourselves
+                (done if handle.done() else reading).append(handle)
+        self.take_reading(done, ids, out, need)
         return reading
 
     def take_reading(
         self, handles: list[PrefetchHandle], ids: np.ndarray, out: np.ndarray, need: np.ndarray
     ) -> int:
-        """Like :meth:`take_read` for ``handles``, waiting for each that holds rows still
-        ``need``-ed. Returns how many rows they gave."""
+        """Copy the rows still ``need``-ed that ``handles`` hold, waiting for each that
+        holds any. Returns how many rows they gave."""
         taken = 0
         for handle in handles:
             if kernels.cache.any_held(handle.ids, handle.bits, handle.shift, ids, need):

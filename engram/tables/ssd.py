@@ -3,12 +3,13 @@
 A lookup dedups its row ids, takes what it can from read-ahead handles done reading,
 the RAM row cache and handles still reading, reads the rest from the data file with the
 chosen read strategy (only the pages holding them), gathers everything into a bounce
-buffer (pinned on a GPU), copies it to the device asynchronously and dequantises there. Every block is checked against its
-hash the first time it is read from the disk (:mod:`engram.ssd.block_hashes`), so rows
-reach the RAM cache, the read-ahead handles and the caller only from checked blocks. An
-I/O error fails that one lookup with :class:`EngramIOError`; a block that fails its
-check fails it with :class:`EngramChecksumError` and marks the table damaged (the next
-start converts it again). Both count as ``io_errors``. A data file that changes under
+buffer (pinned on a GPU), copies it to the device asynchronously and dequantises there.
+Every block is checked against its hash the first time it is read from the disk
+(:mod:`engram.ssd.block_hashes`), so rows reach the RAM cache, the read-ahead handles
+and the caller only from checked blocks. An I/O error fails that one lookup with
+:class:`EngramIOError`; a block that fails its check fails it with
+:class:`EngramChecksumError` and marks the table damaged (the next start converts it
+again). Both count as ``io_errors``. A data file that changes under
 the table is a permanent fault (every later lookup raises).
 """
 
