@@ -194,16 +194,27 @@ def serve_repeats(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table-gib", type=float, default=8.0)
+    parser.add_argument(
+        "--table-gib", type=float, default=8.0, help="size of the random model's Engram tables"
+    )
     parser.add_argument("--model", type=Path, help="default models/engram-random-<G>g")
     parser.add_argument("--ssd-dir", type=Path, help="default models/engram-random-<G>g-ssd")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--concurrencies", default="1,8,32")
+    parser.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help=f"servers to compare, comma-separated, of {', '.join(CONFIGS)} (ssd-1/16: ssd "
+        "with a RAM row cache of 1/16 of the tables)",
+    )
+    parser.add_argument(
+        "--concurrencies", default="1,8,32", help="client concurrencies, comma-separated"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each point")
     parser.add_argument("--num-prompts", type=int, default=3, help="per unit of concurrency")
-    parser.add_argument("--input-len", type=int, default=256)
-    parser.add_argument("--output-len", type=int, default=64)
-    parser.add_argument("--timeout-s", type=int, default=1800)
+    parser.add_argument("--input-len", type=int, default=256, help="prompt tokens")
+    parser.add_argument("--output-len", type=int, default=64, help="output tokens")
+    parser.add_argument(
+        "--timeout-s", type=int, default=1800, help="limit of each server start and run"
+    )
     parser.add_argument(
         "--replay",
         action="store_true",
@@ -217,7 +228,12 @@ def main() -> int:
         help="seconds of random 4 KiB reads of a table file before and after the runs "
         "(benchmark/disk_probe.py): what the disk gave while the servers ran; 0 skips it",
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench_serving_tiers")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "out" / "bench_serving_tiers",
+        help="folder of the logs, results, summary.json and the plot",
+    )
     args = parser.parse_args()
     configs = args.configs.split(",")
     if unknown := set(configs) - set(CONFIGS):

@@ -17,15 +17,6 @@ from sglang_engram.compare.plots import X_LABEL
 
 from engram.ssd.sysmem import mincore
 
-COUNTERS = (
-    "ssd_ram_cache_hits",
-    "ssd_ram_cache_misses",
-    "ssd_prefetch_hits",
-    "ssd_lookup_read_seconds",
-    "ssd_ahead_read_seconds",
-    "ssd_handle_wait_seconds",
-)
-
 
 def table_files(ssd_dir: Path) -> list[Path]:
     """The data files of the converted tables under ``ssd_dir``."""

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from test.ssd.gated_reader import gated  # noqa: F401 - a fixture for every test module
+
 # NOTE: SGLang 0.5.23 sleeps 5 s whenever a server stops, to take py-spy and CUDA core dumps
 # of its schedulers (SGLANG_PYSPY_DUMP_BEFORE_CRASH and SGLANG_CUDA_COREDUMP_BEFORE_CRASH, on
 # by default); the tests stop dozens of servers and never read such dumps. Every server a

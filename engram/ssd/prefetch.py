@@ -12,13 +12,14 @@ A request's row ids are known as soon as it is tokenized, so the plugin calls
 ``prefetch`` at admission (and one decode step ahead). With chunked
 prefill, prefetch each chunk's ids as its own handle, in order: a lookup waits for the
 whole handle that holds rows it needs, and the thread fills handles first come first
-served.
+served; a decode step's handles are ``urgent``: the thread fills them before the
+others, and between the slices of a long fill.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -41,9 +42,12 @@ FILTER_BITS_PER_ID = 16
 
 
 class PrefetchHandle:
-    def __init__(self, flat_ids: np.ndarray, *, keep_rows: bool, row_bytes: int):
+    def __init__(
+        self, flat_ids: np.ndarray, *, keep_rows: bool, row_bytes: int, urgent: bool = False
+    ):
         self.flat_ids = flat_ids  # as requested, duplicates included
         self.keep_rows = keep_rows
+        self.urgent = urgent  # filled before the others (a decode step's next rows)
         self.row_bytes = row_bytes
         self.ids = np.empty(0, dtype=np.int64)  # sorted distinct ids, once deduplicated
         self.inverse = np.empty(0, dtype=np.int64)
@@ -101,33 +105,69 @@ class PrefetchHandle:
 
 
 class Prefetcher:
-    """One daemon thread that fills handles in submission order."""
+    """One daemon thread that fills handles: urgent ones first, the others in
+    submission order. A long fill calls :meth:`fill_urgent` between its slices, so an
+    urgent handle waits for one slice of another handle's reads, not all of them."""
 
     def __init__(self, fill: Callable[[PrefetchHandle], torch.Tensor | None]):
         self._fill = fill
-        self._queue: queue.SimpleQueue[PrefetchHandle | None] = queue.SimpleQueue()
+        self._urgent: deque[PrefetchHandle] = deque()
+        self._queued: deque[PrefetchHandle] = deque()
+        self._ready = threading.Condition()
+        self._closing = False
         self._thread: threading.Thread | None = None
 
     def submit(self, handle: PrefetchHandle) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="engram-prefetch", daemon=True)
-            self._thread.start()
-        self._queue.put(handle)
+        with self._ready:
+            # NOTE: a thread that is closing fills this one too before it stops.
+            if self._thread is None:
+                self._closing = False
+                self._thread = threading.Thread(
+                    target=self._run, name="engram-prefetch", daemon=True
+                )
+                self._thread.start()
+            (self._urgent if handle.urgent else self._queued).append(handle)
+            self._ready.notify()
+
+    def fill_urgent(self) -> None:
+        """Fill the urgent handles submitted so far (on the prefetch thread)."""
+        while True:
+            with self._ready:
+                if not self._urgent:
+                    return
+                handle = self._urgent.popleft()
+            self._fill_one(handle)
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
+        """Stop the thread once it has filled every handle submitted."""
+        with self._ready:
+            thread = self._thread
+            self._closing = True
+            self._ready.notify()
+        if thread is not None:
+            thread.join()
+
+    def _next(self) -> PrefetchHandle | None:
+        with self._ready:
+            while not (self._urgent or self._queued or self._closing):
+                self._ready.wait()
+            for waiting in (self._urgent, self._queued):
+                if waiting:
+                    return waiting.popleft()
+            self._thread = None  # NOTE: under the lock: a later submit starts a new one
+            return None
+
+    def _fill_one(self, handle: PrefetchHandle) -> None:
+        try:
+            rows = self._fill(handle)
+        except Exception as err:  # noqa: BLE001 - the lookup re-reads and reports
+            handle._finish(None, err)
+        else:
+            handle._finish(rows, None)
 
     def _run(self) -> None:
-        while (handle := self._queue.get()) is not None:
-            try:
-                rows = self._fill(handle)
-            except Exception as err:  # noqa: BLE001 - the lookup re-reads and reports
-                handle._finish(None, err)
-            else:
-                handle._finish(rows, None)
+        while (handle := self._next()) is not None:
+            self._fill_one(handle)
 
 
 class ReadAhead:
@@ -142,10 +182,16 @@ class ReadAhead:
         self._lock = threading.Lock()
         self.hits = 0  # rows lookups took from handles
 
-    def submit(self, flat_ids: np.ndarray, row_bytes: int) -> PrefetchHandle:
-        """A handle reading the rows of ``flat_ids`` (the handle keeps the array)."""
+    def submit(
+        self, flat_ids: np.ndarray, row_bytes: int, *, urgent: bool = False
+    ) -> PrefetchHandle:
+        """A handle reading the rows of ``flat_ids`` (the handle keeps the array);
+        ``urgent``: before the handles submitted without it."""
         handle = PrefetchHandle(
-            flat_ids, keep_rows=flat_ids.size * row_bytes <= self._budget, row_bytes=row_bytes
+            flat_ids,
+            keep_rows=flat_ids.size * row_bytes <= self._budget,
+            row_bytes=row_bytes,
+            urgent=urgent,
         )
         evicted = []
         with self._lock:
@@ -160,6 +206,10 @@ class ReadAhead:
             old.release()
         self._prefetcher.submit(handle)
         return handle
+
+    def fill_urgent(self) -> None:
+        """Fill the urgent handles submitted so far (a fill calls this between slices)."""
+        self._prefetcher.fill_urgent()
 
     def held_bytes(self) -> int:
         return sum(h.nbytes for h in list(self._handles))

@@ -159,9 +159,10 @@ class EngramTable(ABC):
     def memory(self) -> dict[str, int]:
         """Bytes this table holds per tier (``hbm``, ``dram``, ``ssd``)."""
 
-    def prefetch(self, row_ids: torch.Tensor) -> PrefetchHandle | None:
-        """Start reading ``row_ids``' rows ahead of their lookup; ``None`` where the
-        lookups read nothing that reading ahead would hide (every placement but ssd)."""
+    def prefetch(self, row_ids: torch.Tensor, *, urgent: bool = False) -> PrefetchHandle | None:
+        """Start reading ``row_ids``' rows ahead of their lookup (``urgent``: before the
+        reads started without it); ``None`` where the lookups read nothing that reading
+        ahead would hide (every placement but ssd)."""
         return None
 
     def stats(self) -> dict[str, float]:

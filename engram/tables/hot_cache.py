@@ -70,8 +70,8 @@ class HotRowCache(EngramTable):
         self.misses += missing.numel()
         return out[inverse], unique.numel(), tier_bytes
 
-    def prefetch(self, row_ids: torch.Tensor) -> PrefetchHandle | None:
-        return self.inner.prefetch(row_ids)
+    def prefetch(self, row_ids: torch.Tensor, *, urgent: bool = False) -> PrefetchHandle | None:
+        return self.inner.prefetch(row_ids, urgent=urgent)
 
     def stats(self) -> dict[str, float]:
         return {

@@ -68,7 +68,11 @@ def test_admitted_prompt_rows_come_from_the_prefetch(served) -> None:
     prompt = torch.randint(0, hasher.vocab_size, (200,))
     assert read_ahead.prefetch_prompt(prompt.tolist()) == []  # no hasher registered yet
     table_registry.set_hasher(EngramRowHasher(hasher))
-    assert len(read_ahead.prefetch_prompt(prompt.tolist())) == hasher.spec.n_layers
+    handles = read_ahead.prefetch_prompt(prompt.tolist())
+    assert len(handles) == hasher.spec.n_layers
+    # NOTE: a prefill runs after its admission; a lookup reads for itself the rows of a
+    # handle the read-ahead thread has not reached yet.
+    assert all(h.wait(30) for h in handles)
     row_ids = hasher.hash(prompt)
     for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
         _assert_rows(table, ref, row_ids[:, i])

@@ -4,9 +4,9 @@ and the lookup then reads nothing from the file."""
 from __future__ import annotations
 
 import mmap
+import random
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +15,10 @@ import torch
 
 from engram.ssd.layout import DiskLayout
 from engram.ssd.prefetch import MAX_LIVE_HANDLES
-from engram.ssd.readers import ALL_ROWS, READERS, register_reader
-from engram.ssd.readers.pread import PreadReader
 from engram.ssd.sysmem import mincore
 from engram.tables import create_table
+from engram.tables.ssd import AHEAD_READ_ROWS
+from test.ssd.gated_reader import GatedReader
 from test.ssd.helpers import random_table
 
 ROWS, DIM = 40_000, 256
@@ -114,32 +114,6 @@ def test_a_lookup_waits_for_a_prefetch_still_reading(tmp_path: Path) -> None:
     table.close()
 
 
-class GatedReader(PreadReader):
-    """A real reader whose reads on the read-ahead thread wait at a gate (a stand-in for
-    a slow disk, which a test cannot make on demand): its handles stay "still reading"
-    for as long as the test holds the gate."""
-
-    name = "test-gated"
-    entered = threading.Event()
-    gate = threading.Event()
-
-    def read_rows(self, ids: np.ndarray, out: np.ndarray, at: np.ndarray = ALL_ROWS) -> None:
-        if threading.current_thread().name == "engram-prefetch":
-            GatedReader.entered.set()
-            GatedReader.gate.wait(timeout=60)
-        super().read_rows(ids, out, at)
-
-
-@pytest.fixture
-def gated() -> Iterator[type[GatedReader]]:
-    GatedReader.entered.clear()
-    GatedReader.gate.clear()
-    register_reader(GatedReader)
-    yield GatedReader
-    GatedReader.gate.set()
-    del READERS[GatedReader.name]
-
-
 def _lookup_in_thread(table, ids: torch.Tensor) -> tuple[threading.Thread, list[torch.Tensor]]:
     got: list[torch.Tensor] = []
     thread = threading.Thread(target=lambda: got.append(table.lookup(ids)), daemon=True)
@@ -190,6 +164,68 @@ def test_a_handle_released_while_it_reads_keeps_no_rows(
     gated.gate.set()
     assert handle.wait(timeout=30)
     assert handle.rows is None and table.stats()["prefetch_bytes_held"] == 0
+    table.close()
+
+
+def test_the_read_ahead_reads_a_handle_in_slices_and_stops_once_it_is_released(
+    tmp_path: Path, gated: type[GatedReader]
+) -> None:
+    """A lookup's own reads queue at the disk behind one slice of a handle's reads, not
+    a whole prompt's; a handle released meanwhile reads no further slice."""
+    weight, scale = random_table(ROWS, DIM)
+    dram = create_table("dram", weight, scale)
+    table = create_table("ssd", weight, scale, path=tmp_path / "t", read=gated.name)
+    n = 2 * AHEAD_READ_ROWS + random.randint(1, AHEAD_READ_ROWS - 1)
+    ids = torch.randperm(ROWS)[:n]
+    handle = table.prefetch(ids)
+    assert gated.entered.wait(timeout=30)
+    assert gated.ahead_reads == [AHEAD_READ_ROWS]  # the first slice, held at the gate
+    gated.gate.set()
+    assert handle.wait(timeout=30)
+    assert gated.ahead_reads == [AHEAD_READ_ROWS, AHEAD_READ_ROWS, n - 2 * AHEAD_READ_ROWS]
+    assert torch.equal(table.lookup(ids), dram.lookup(ids))
+    assert table.stats()["prefetch_hits"] == n
+
+    gated.gate.clear()
+    gated.entered.clear()
+    gated.ahead_reads.clear()
+    others = torch.randperm(ROWS)[: 3 * AHEAD_READ_ROWS]
+    handle = table.prefetch(others)
+    assert gated.entered.wait(timeout=30)
+    handle.release()
+    gated.gate.set()
+    assert handle.wait(timeout=30) and handle.rows is None
+    assert gated.ahead_reads == [AHEAD_READ_ROWS]
+    table.close()
+
+
+def test_urgent_handles_are_read_before_queued_ones_and_between_slices(
+    tmp_path: Path, gated: type[GatedReader]
+) -> None:
+    """A decode step's handle (urgent) waits for one slice of a prompt's reads, not for
+    the prompt, nor for the prompts queued behind it."""
+    weight, scale = random_table(ROWS, DIM)
+    dram = create_table("dram", weight, scale)
+    table = create_table("ssd", weight, scale, path=tmp_path / "t", read=gated.name)
+    tail, queued_n, urgent_n = (
+        random.randint(210, 500),
+        random.randint(110, 190),
+        random.randint(10, 90),
+    )
+    order = torch.randperm(ROWS)
+    prompt = order[: 2 * AHEAD_READ_ROWS + tail]
+    queued = order[len(prompt) : len(prompt) + queued_n]
+    urgent = order[-urgent_n:]
+    first = table.prefetch(prompt)
+    assert gated.entered.wait(timeout=30)  # its first slice is held at the gate
+    behind = table.prefetch(queued)
+    step = table.prefetch(urgent, urgent=True)
+    gated.gate.set()
+    assert all(h.wait(timeout=30) for h in (first, behind, step))
+    assert gated.ahead_reads == [AHEAD_READ_ROWS, urgent_n, AHEAD_READ_ROWS, tail, queued_n]
+    for ids in (prompt, queued, urgent):
+        assert torch.equal(table.lookup(ids), dram.lookup(ids))
+    assert table.stats()["prefetch_hits"] == len(prompt) + queued_n + urgent_n
     table.close()
 
 

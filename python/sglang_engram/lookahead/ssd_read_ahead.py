@@ -49,14 +49,16 @@ def _targets() -> list[Target]:
     ]
 
 
-def _prefetch(targets: list[Target], row_ids: torch.Tensor) -> list[tuple[object, PrefetchHandle]]:
-    """Start reading ``row_ids`` [T, layers, columns] (global row ids) in each target;
-    a TP shard reads only the rows it holds."""
+def _prefetch(
+    targets: list[Target], row_ids: torch.Tensor, *, urgent: bool = False
+) -> list[tuple[object, PrefetchHandle]]:
+    """Start reading ``row_ids`` [T, layers, columns] (global row ids) in each target
+    (``urgent``: before the prompts' reads); a TP shard reads only the rows it holds."""
     started = []
     for hash_index, table, row_start in targets:
         local = row_ids[:, hash_index].reshape(-1) - row_start
         local = local[(local >= 0) & (local < table.num_rows)]
-        handle = table.prefetch(local) if local.numel() else None
+        handle = table.prefetch(local, urgent=urgent) if local.numel() else None
         if handle is not None:  # None: the placement reads nothing ahead
             started.append((table, handle))
     return started
@@ -106,7 +108,9 @@ def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]])
     if not tails:
         return 0
     row_ids = served.hasher().step_rows(tails)
-    started = _prefetch(targets, row_ids)
+    # NOTE: urgent: the next step looks these up within a step's time, while a queued
+    # prompt's rows are not needed before its prefill.
+    started = _prefetch(targets, row_ids, urgent=True)
     # NOTE: one live decode handle per table (the runtime holds them): the next step's
     # handle replaces (releases) the previous one, so handles never pile up in front of
     # the lookups.
