@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -297,7 +298,31 @@ def report(result: dict[str, Any]) -> None:
     print(json.dumps(result))
 
 
-def main(argv: list[str] | None = None) -> None:
+def row_counts(text: str) -> list[int]:
+    """``--step-rows``: comma-separated row counts (empty: none)."""
+    try:
+        return [int(v) for v in text.split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated row counts, not {text!r}") from None
+
+
+def bad_arguments(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line, in one line; ``None`` if nothing."""
+    if not args.dir.is_dir():
+        return f"--dir {args.dir} is not a directory"
+    if args.table_gib <= 0:
+        return f"--table-gib must be positive, not {args.table_gib}"
+    counts = {"--repeats": args.repeats, "--cold-repeats": args.cold_repeats}
+    counts["--step-repeats"] = args.step_repeats
+    for flag, n in counts.items():
+        if n < 1:
+            return f"{flag} must be at least 1, not {n}"
+    if any(n < 1 for n in args.step_rows):
+        return f"--step-rows must be positive row counts, not {args.step_rows}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table-gib", type=float, default=4.0, help="synthetic table size (GiB)")
     parser.add_argument(
@@ -327,16 +352,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the n-grams")
     parser.add_argument(
         "--step-rows",
-        type=lambda text: [int(v) for v in text.split(",") if v],
+        type=row_counts,
         default=list(STEP_ROWS),
         help="rows per decode-step lookup for the host-cost figures (comma-separated; "
         "empty: skip them)",
     )
     parser.add_argument("--step-repeats", type=int, default=15, help="lookups per step size")
     args = parser.parse_args(argv)
+    if problem := bad_arguments(args):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="engram-bench-") as work:
         report(run(args, Path(work)))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -13,12 +13,13 @@ A request's row ids are known as soon as it is tokenized, so the plugin calls
 prefill, prefetch each chunk's ids as its own handle, in order: a lookup waits for the
 whole handle that holds rows it needs, and the thread fills handles first come first
 served; a decode step's handles are ``urgent``: the thread fills them before the
-others, and between the slices of a long fill.
+others, and while they keep coming it reads a long fill in slices and fills them between.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -36,6 +37,11 @@ DEFAULT_PREFETCH_BYTES = GIB
 # not would keep them until the byte budget evicts them (a 1 GiB budget holds ~5,000
 # prompts of 256 tokens of the tiny model). Past this count the oldest are released.
 MAX_LIVE_HANDLES = 64
+# NOTE: while urgent handles (decode steps reading ahead) came within this many seconds,
+# a long fill reads in slices so they need not wait for all of it; otherwise it reads
+# whole, the deepest queue the reader makes (slices of a lone prefill's read-ahead left
+# 0.72 of its lookup's time exposed in bench_lookup.py, against 0.001 whole).
+URGENT_WINDOW_S = 2.0
 # bits of a handle's id filter per distinct id (one hash: ~6 % of the ids it does not
 # hold pass to a binary search)
 FILTER_BITS_PER_ID = 16
@@ -106,8 +112,9 @@ class PrefetchHandle:
 
 class Prefetcher:
     """One daemon thread that fills handles: urgent ones first, the others in
-    submission order. A long fill calls :meth:`fill_urgent` between its slices, so an
-    urgent handle waits for one slice of another handle's reads, not all of them."""
+    submission order. While urgent handles keep coming (:meth:`urgent_recently`) a long
+    fill reads in slices and calls :meth:`fill_urgent` between them, so an urgent handle
+    waits for one slice of another handle's reads, not all of them."""
 
     def __init__(self, fill: Callable[[PrefetchHandle], torch.Tensor | None]):
         self._fill = fill
@@ -116,8 +123,15 @@ class Prefetcher:
         self._ready = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._last_urgent = -URGENT_WINDOW_S  # time.monotonic() of the last urgent submit
+
+    def urgent_recently(self) -> bool:
+        """Whether an urgent handle was submitted within ``URGENT_WINDOW_S``."""
+        return time.monotonic() - self._last_urgent < URGENT_WINDOW_S
 
     def submit(self, handle: PrefetchHandle) -> None:
+        if handle.urgent:
+            self._last_urgent = time.monotonic()
         with self._ready:
             # NOTE: a thread that is closing fills this one too before it stops.
             if self._thread is None:
@@ -210,6 +224,10 @@ class ReadAhead:
     def fill_urgent(self) -> None:
         """Fill the urgent handles submitted so far (a fill calls this between slices)."""
         self._prefetcher.fill_urgent()
+
+    def urgent_recently(self) -> bool:
+        """Whether decode steps are reading ahead (an urgent handle came lately)."""
+        return self._prefetcher.urgent_recently()
 
     def held_bytes(self) -> int:
         return sum(h.nbytes for h in list(self._handles))

@@ -36,9 +36,10 @@ from engram.ssd.sources import TensorRows
 from engram.tables.base import EngramTable
 from engram.tables.options import TableOptions
 
-# NOTE: the read-ahead thread reads a handle's rows from the disk this many at a time,
-# and fills the urgent handles (the next decode step's) between slices, so those and a
-# lookup's own reads queue at the disk behind at most one slice, not a whole prompt's
+# NOTE: while decode steps read ahead (engram.ssd.prefetch.URGENT_WINDOW_S), the
+# read-ahead thread reads a handle's rows from the disk this many at a time and fills
+# the urgent handles (the next decode step's) between slices, so those and a lookup's
+# own reads queue at the disk behind at most one slice, not a whole prompt's
 # (4,700 reads of a 256-token prompt took 0.4 s on this VM's disk). 512 reads in flight
 # is the depth at which that disk gave the most (11.2 k 4 KiB reads/s; 9.5 k at 64:
 # benchmark/disk_probe.py).
@@ -275,12 +276,14 @@ class SsdTable(EngramTable):
         _, at = self._from_cache(ids, out, self._need(ids.size))
         # NOTE: a copy: the urgent fills between slices reuse this thread's scratch.
         at = np.arange(ids.size) if at is ALL_ROWS else at.copy()
-        for start in range(0, at.size, AHEAD_READ_ROWS):
-            if not handle.urgent:
+        sliced = not handle.urgent and self._ahead.urgent_recently()
+        step = AHEAD_READ_ROWS if sliced else max(1, at.size)
+        for start in range(0, at.size, step):
+            if sliced:
                 self._ahead.fill_urgent()
             if handle.released:
                 return None  # NOTE: nobody takes its rows: the disk is spared the rest
-            self._from_file(ids, out, at[start : start + AHEAD_READ_ROWS], by="ahead")
+            self._from_file(ids, out, at[start : start + step], by="ahead")
         return rows
 
     def refresh_residency(self) -> None:

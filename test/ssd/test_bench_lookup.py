@@ -33,3 +33,24 @@ def test_a_tiny_run_reports_every_figure(tmp_path: Path) -> None:
     assert 0 <= result["prefetch_exposed_ratio"] <= 1
     assert result["cold_resident_fraction"] < 0.01  # cold runs really read from the disk
     assert list(tmp_path.iterdir()) == []  # the temporary table is gone
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--dir", "{missing}"], "is not a directory"),
+        (["--table-gib", "-1"], "--table-gib must be positive"),
+        (["--cold-repeats", "0"], "--cold-repeats must be at least 1"),
+        (["--step-rows", "384,x"], "comma-separated row counts"),
+    ],
+)
+def test_bad_arguments_get_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
+    args = [a.format(missing=tmp_path / "gone") for a in args]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmark/bench_lookup.py"), "--dir", str(tmp_path), *args],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].count("error") == 1
+    assert list(tmp_path.iterdir()) == []  # nothing was built

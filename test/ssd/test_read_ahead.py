@@ -167,30 +167,45 @@ def test_a_handle_released_while_it_reads_keeps_no_rows(
     table.close()
 
 
-def test_the_read_ahead_reads_a_handle_in_slices_and_stops_once_it_is_released(
+def _decode_step_reads_ahead(table, gated: type[GatedReader]) -> None:
+    """An urgent handle read (gate open), as each decode step's is: from now on for
+    ``URGENT_WINDOW_S`` the read-ahead thread reads long handles in slices."""
+    gated.gate.set()
+    assert table.prefetch(torch.randperm(ROWS)[: random.randint(5, 60)], urgent=True).wait(30)
+    gated.gate.clear()
+    gated.entered.clear()
+    gated.ahead_reads.clear()
+
+
+def test_a_handle_is_read_in_slices_while_decode_steps_read_ahead_and_stops_once_released(
     tmp_path: Path, gated: type[GatedReader]
 ) -> None:
-    """A lookup's own reads queue at the disk behind one slice of a handle's reads, not
-    a whole prompt's; a handle released meanwhile reads no further slice."""
+    """With decode steps reading ahead, their reads and a lookup's own queue at the disk
+    behind one slice of a prompt's reads, not all of them; a handle released meanwhile
+    reads no further slice. With none, a handle is read whole (the deepest queue)."""
     weight, scale = random_table(ROWS, DIM)
     dram = create_table("dram", weight, scale)
     table = create_table("ssd", weight, scale, path=tmp_path / "t", read=gated.name)
     n = 2 * AHEAD_READ_ROWS + random.randint(1, AHEAD_READ_ROWS - 1)
-    ids = torch.randperm(ROWS)[:n]
+    order = torch.randperm(ROWS)
+    alone, ids, released = order[:n], order[n : 2 * n], order[2 * n : 2 * n + 3 * AHEAD_READ_ROWS]
+    gated.gate.set()
+    assert table.prefetch(alone).wait(timeout=30)
+    assert gated.ahead_reads == [n]  # no decode step reads ahead: one read of all
+
+    _decode_step_reads_ahead(table, gated)
     handle = table.prefetch(ids)
     assert gated.entered.wait(timeout=30)
     assert gated.ahead_reads == [AHEAD_READ_ROWS]  # the first slice, held at the gate
     gated.gate.set()
     assert handle.wait(timeout=30)
     assert gated.ahead_reads == [AHEAD_READ_ROWS, AHEAD_READ_ROWS, n - 2 * AHEAD_READ_ROWS]
-    assert torch.equal(table.lookup(ids), dram.lookup(ids))
-    assert table.stats()["prefetch_hits"] == n
+    for rows in (alone, ids):
+        assert torch.equal(table.lookup(rows), dram.lookup(rows))
+    assert table.stats()["prefetch_hits"] == 2 * n
 
-    gated.gate.clear()
-    gated.entered.clear()
-    gated.ahead_reads.clear()
-    others = torch.randperm(ROWS)[: 3 * AHEAD_READ_ROWS]
-    handle = table.prefetch(others)
+    _decode_step_reads_ahead(table, gated)
+    handle = table.prefetch(released)
     assert gated.entered.wait(timeout=30)
     handle.release()
     gated.gate.set()
@@ -216,6 +231,7 @@ def test_urgent_handles_are_read_before_queued_ones_and_between_slices(
     prompt = order[: 2 * AHEAD_READ_ROWS + tail]
     queued = order[len(prompt) : len(prompt) + queued_n]
     urgent = order[-urgent_n:]
+    _decode_step_reads_ahead(table, gated)
     first = table.prefetch(prompt)
     assert gated.entered.wait(timeout=30)  # its first slice is held at the gate
     behind = table.prefetch(queued)
