@@ -37,6 +37,9 @@ needs_mooncake = pytest.mark.skipif(
 )
 
 
+PORT_ATTEMPTS = 3  # a server's tries at a free port (another process may bind it first)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -100,13 +103,22 @@ def log_excerpt(log: Path, n_errors: int = 12, tail: int = 2000) -> str:
     return "first error lines:\n" + "\n".join(errors[:n_errors]) + f"\n...\n{text[-tail:]}"
 
 
+class PortTaken(RuntimeError):
+    """Another process bound the server's port between ``free_port`` and the server."""
+
+
 def wait_healthy(
     url: str, proc: subprocess.Popen, log: Path, timeout_s: float, path: str = "/health"
 ) -> None:
     deadline = time.monotonic() + timeout_s
+    taken = f"{url.rsplit(':', 1)[1]}): address already in use"
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited ({proc.returncode}): {log_excerpt(log)}")
+        # NOTE: the server then warms up against whatever holds the port and gives up only
+        # after minutes (it cost a test module 12 min once, five servers starting at once).
+        if taken in log.read_text(errors="replace"):
+            raise PortTaken(f"{url}: the port was taken before the server bound it: {log}")
         with contextlib.suppress(OSError):
             with urllib.request.urlopen(f"{url}{path}", timeout=5) as r:
                 if r.status == 200:
@@ -131,19 +143,30 @@ def stop(proc: subprocess.Popen) -> None:
 def sglang_server(
     model: Path, *args: str, log: Path, timeout_s: float = 600, port: int | None = None
 ) -> Iterator[str]:
-    """``python -m sglang.launch_server`` on a free port; yields its base URL."""
-    port = port or free_port()
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            launch_command(model, port, *args),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=server_env(),
-        )
-    url = f"http://127.0.0.1:{port}"
+    """``python -m sglang.launch_server`` on a free port (another one if the port is
+    taken before the server binds it, unless ``port`` was given); yields its base URL."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        chosen = port or free_port()
+        with open(log, "w") as out:
+            proc = subprocess.Popen(
+                launch_command(model, chosen, *args),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=server_env(),
+            )
+        url = f"http://127.0.0.1:{chosen}"
+        try:
+            wait_healthy(url, proc, log, timeout_s)
+            break
+        except PortTaken:
+            stop(proc)
+            if port is not None or attempt == PORT_ATTEMPTS:
+                raise
+        except BaseException:
+            stop(proc)
+            raise
     try:
-        wait_healthy(url, proc, log, timeout_s)
         yield url
     finally:
         stop(proc)
