@@ -15,7 +15,12 @@ from test.plugin.tiny import engram_fields, tiny_config, write_model_dir
 
 
 def _qwen4_config(ple_layer_ids: list[int], nested: bool) -> dict:
-    text = {"model_type": "qwen4_exp_text", "ple_layer_ids": ple_layer_ids, "ngram_size": 3}
+    text = {
+        "model_type": "qwen4_exp_text",
+        "ple_layer_ids": ple_layer_ids,
+        "ngram_size": 3,
+        "vocab_size": random.randrange(1000, 200_000),
+    }
     if nested:
         return {"model_type": "qwen4_exp", "text_config": text}
     return {**text, "model_type": "qwen4_exp"}
@@ -25,9 +30,17 @@ def _configs() -> dict[str, dict]:
     ple = sorted(random.sample(range(1, 40), 2))
     return {
         "engram_qwen3": tiny_config(),
-        "deepseek_v41": {"architectures": ["DeepseekV4ForCausalLM"], **engram_fields()},
+        "deepseek_v41": {
+            "architectures": ["DeepseekV4ForCausalLM"],
+            "vocab_size": random.randrange(1000, 200_000),
+            **engram_fields(),
+        },
         "qwen4_exp": _qwen4_config(ple, nested=random.random() < 0.5),
-        "longcat_flash": {"model_type": "longcat_flash", "ngram_vocab_size_ratio": 78},
+        "longcat_flash": {
+            "model_type": "longcat_flash",
+            "ngram_vocab_size_ratio": 78,
+            "vocab_size": random.randrange(1000, 200_000),
+        },
     }
 
 

@@ -197,6 +197,7 @@ def dsv4_dir(tmp_path):
     config = {
         "architectures": ["DeepseekV4ForCausalLM"],
         "model_type": "deepseek_v4",
+        "vocab_size": 129280,
         **engram_fields(layer_ids=(1, 14), n=4, heads=8, head_dim=64),
     }
     return str(write_model_dir(tmp_path / "dsv4", config))

@@ -1,36 +1,124 @@
-"""Token ids outside an Engram model's vocabulary are refused before they reach the
-scheduler (the real server's 400 is tested in test/serving/test_placements.py)."""
+"""The one request guard: what each family declares, and what the guard refuses (the real
+servers' 400s, and that they serve on, are tested by the fuzz suite in test/serving/)."""
 
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
-from sglang_engram.integration.request_checks import first_bad_id, valid_id_bound
+from sglang_engram.args.server_config import EngramServerConfig
+from sglang_engram.args.startup_checks import EngramStartupError, check_startup
+from sglang_engram.integration.request_checks import RequestGuard, first_bad_id
+from sglang_engram.models.family import ModelFamily
+from sglang_engram.models.registry import FAMILIES
+from sglang_engram.models.request_limits import RequestLimits
+
+from engram.errors import EngramConfigError
+from test.plugin.test_families import _configs
+from test.plugin.tiny import write_model_dir
 
 
-class _Tokenizer:
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
+def _guard(bound: int) -> RequestGuard:
+    return RequestGuard(RequestLimits(bound), bound)
 
 
-def test_the_bound_is_the_smaller_of_vocabulary_and_tokenizer():
-    vocab = random.randrange(100, 10_000)
-    assert valid_id_bound(vocab, None) == vocab
-    assert valid_id_bound(vocab, _Tokenizer(vocab - 7)) == vocab - 7
-    assert valid_id_bound(vocab, _Tokenizer(vocab + 7)) == vocab
+def _request(**fields) -> SimpleNamespace:
+    fields.setdefault("sampling_params", {})
+    return SimpleNamespace(**fields)
 
 
-@pytest.mark.parametrize("bad", ["negative", "at_bound", "far"])
+def test_every_family_declares_its_limits_from_its_config() -> None:
+    configs = _configs()
+    for family in FAMILIES:
+        config = configs[family.name]
+        vocab = config.get("text_config", config)["vocab_size"]
+        assert family.request_limits(config).vocab_size == vocab
+    # NOTE: the Engram token map has one entry per tokenizer id; PLE hashes raw ids
+    tiny = next(f for f in FAMILIES if f.name == "engram_qwen3").request_limits(
+        configs["engram_qwen3"]
+    )
+    assert tiny.id_bound(tiny.vocab_size - 9) == tiny.vocab_size - 9
+    qwen4 = next(f for f in FAMILIES if f.name == "qwen4_exp").request_limits(configs["qwen4_exp"])
+    assert qwen4.id_bound(qwen4.vocab_size - 9) == qwen4.vocab_size
+
+
+def test_a_family_without_the_declaration_cannot_be_made() -> None:
+    class Undeclared(ModelFamily):
+        name = title = tables = "x"
+
+        def matches(self, hf_config):
+            return False
+
+        def table_layers(self, hf_config):
+            return ()
+
+    with pytest.raises(TypeError, match="request_limits"):
+        Undeclared()
+
+
+@pytest.mark.parametrize("family", ["engram_qwen3", "qwen4_exp", "longcat_flash"])
+def test_a_config_that_cannot_state_its_limits_fails_at_start_up(tmp_path, family) -> None:
+    config = _configs()[family]
+    text = config.get("text_config", config)
+    text["vocab_size"] = random.choice([None, 0, -5, "2000"])
+    model = write_model_dir(tmp_path / "m", config)
+    with pytest.raises(EngramStartupError, match="vocab_size"):
+        check_startup(EngramServerConfig(offload="off"), model_path=str(model))
+
+
+def test_limits_refuse_an_empty_vocabulary() -> None:
+    with pytest.raises(EngramConfigError):
+        RequestLimits(0)
+
+
+@pytest.mark.parametrize("bad", ["negative", "at_bound", "far", "float", "bool"])
 def test_the_first_id_outside_the_range_is_named(bad):
     bound = random.randrange(100, 10_000)
     ids = [random.randrange(bound) for _ in range(random.randint(2, 50))]
     assert first_bad_id(ids, bound) is None
-    value = {"negative": -random.randrange(1, 9), "at_bound": bound, "far": bound * 1000}[bad]
+    value = {
+        "negative": -random.randrange(1, 9),
+        "at_bound": bound,
+        "far": bound * 1000,
+        "float": 1.5,
+        "bool": True,
+    }[bad]
     at = random.randrange(len(ids))
     ids[at] = value
     ids.append(-1)  # a later bad id is not the first
     assert first_bad_id(ids, bound) == (at, value)
+
+
+def test_the_guard_names_the_field_and_the_value() -> None:
+    bound = random.randrange(100, 10_000)
+    guard = _guard(bound)
+    good = [random.randrange(bound) for _ in range(10)]
+    guard.check(_request(top_logprobs_num=3, logprob_start_len=-1), good)
+    cases = {
+        "the prompt has 0 tokens": (_request(), []),
+        f"input_ids[3] is {bound}": (_request(), good[:3] + [bound]),
+        f"stop_token_ids[0] is {-bound}": (
+            _request(sampling_params={"stop_token_ids": [-bound]}),
+            good,
+        ),
+        f"logit_bias key '{bound + 1}'": (
+            _request(sampling_params={"logit_bias": {str(bound + 1): 1.0}}),
+            good,
+        ),
+        "logit_bias key 'x'": (_request(sampling_params={"logit_bias": {"x": 1.0}}), good),
+        "n is 0": (_request(sampling_params={"n": 0}), good),
+        f"top_logprobs_num is {bound + 1}": (_request(top_logprobs_num=bound + 1), good),
+        "logprob_start_len is -2": (_request(logprob_start_len=-2), good),
+        "logprob_start_len is 10": (_request(logprob_start_len=10), good),
+    }
+    for message, (obj, ids) in cases.items():
+        with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            guard.check(obj, ids)
+    assert f"0 to {bound - 1}" in _error(guard, _request(), [bound])
+
+
+def _error(guard: RequestGuard, obj, ids) -> str:
+    with pytest.raises(ValueError) as caught:
+        guard.check(obj, ids)
+    return str(caught.value)

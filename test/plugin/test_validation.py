@@ -180,7 +180,7 @@ def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
     from test.ssd.helpers import write_checkpoint
 
     fields = engram_fields(layer_ids=(1, 14), n=4, heads=8, head_dim=64)
-    config = {"architectures": ["DeepseekV4ForCausalLM"], **fields}
+    config = {"architectures": ["DeepseekV4ForCausalLM"], "vocab_size": 129280, **fields}
     model, other, ssd = tmp_path / "model", tmp_path / "other", tmp_path / "ssd"
     write_checkpoint(model, config, prefix="")
     write_checkpoint(other, config, prefix="")

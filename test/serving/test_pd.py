@@ -31,6 +31,7 @@ from test.serving.reference import (
     load_reference,
     random_prompts,
 )
+from test.serving.request_fuzz import fuzz_and_check, target_of
 from test.serving.server import (
     TRANSFER,
     free_port,
@@ -282,3 +283,16 @@ def test_ablate_url_scores_the_pd_deployment_as_prefill_only(pd, tiny, tmp_path)
     assert remote["samples"] == 12
     assert remote["exact_match"] == local["prefill_only"]["exact_match"]
     assert local["both"]["exact_match"] != local["prefill_only"]["exact_match"]
+
+
+@pytest.mark.parametrize("decode", ["decode_off", "decode_dram"])
+def test_fuzzed_requests_through_the_router_kill_no_worker(pd, reference, decode):
+    router = pd.router_off if decode == "decode_off" else pd.router_dram
+    workers = (pd.prefill, getattr(pd, decode))
+    prompt = random_prompts(reference, 1, random.Random(5))[0]
+    vocab = reference.config.vocab_size
+    target = target_of(
+        f"tiny Engram model, PD prefill dram / {decode}", router, workers, vocab, prompt
+    )
+    summary = fuzz_and_check(target)
+    assert summary["kinds_tried"] == summary["kinds_defined"] >= 40, summary

@@ -22,6 +22,7 @@ import torch
 
 from engram.spec import EngramSpec
 from test.serving.reference import agreement, agreement_all, load_reference, random_prompts
+from test.serving.request_fuzz import fuzz_and_check, target_of, walk_away
 from test.serving.server import (
     generate_ids,
     metrics,
@@ -73,8 +74,14 @@ def server(request, tiny, ssd_dir, tmp_path_factory) -> Iterator[Served]:
     together and stops that server before starting the next: one server at a time
     (each holds ~3 GB of host memory on the CPU engine)."""
     placement = request.param
-    log = tmp_path_factory.mktemp("logs") / f"{placement}.log"
+    logs = tmp_path_factory.mktemp("logs")
+    # NOTE: the tiny model has no chat template; with this one, /v1/chat/completions
+    # requests reach the model (and the request guard: empty content is an empty prompt)
+    template = logs / "chat.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
     extra = ["--engram-ssd-dir", str(ssd_dir)] if placement == "ssd" else []
+    extra += ["--chat-template", str(template)]
+    log = logs / f"{placement}.log"
     with sglang_server(tiny, "--engram-offload", placement, *extra, log=log) as url:
         yield Served(placement, url, log)
 
@@ -227,6 +234,25 @@ def test_bad_token_ids_get_a_400_and_the_server_goes_on(server, reference):
     assert status == 400 and "context length" in json.dumps(body)
     prompt = random_prompts(reference, 1, random.Random())[0]
     assert agreement(reference, prompt, generate_ids(url, prompt, NEW_TOKENS)).all_agree
+
+
+def _target(server: Served, reference):
+    prompt = random_prompts(reference, 1, random.Random(5))[0]
+    url = server.url
+    return target_of(
+        f"tiny Engram model, {server.placement}", url, (url,), reference.config.vocab_size, prompt
+    )
+
+
+@placements("hbm", "dram", "ssd")
+def test_fuzzed_requests_are_refused_or_served_and_never_kill_the_server(server, reference):
+    summary = fuzz_and_check(_target(server, reference))
+    assert summary["kinds_tried"] == summary["kinds_defined"] >= 40, summary
+
+
+@placements("dram")
+def test_clients_that_go_away_free_their_slots(server, reference):
+    walk_away(_target(server, reference), streams=3, aborts=6)
 
 
 @placements("dram")

@@ -24,10 +24,12 @@ from test.serving.qwen4_served import (
     ARGS,
     NEW_TOKENS,
     TIE,
+    VOCAB,
     assert_agree,
     random_prompts,
     teacher_forced_gaps,
 )
+from test.serving.request_fuzz import fuzz_and_check, target_of
 from test.serving.server import (
     TRANSFER,
     free_port,
@@ -48,6 +50,7 @@ class Deployment:
     router_off: str  # prefill + decode_off
     router_dram: str  # prefill + decode_dram
     logs: Path
+    workers: dict[str, str]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +87,7 @@ def pd(tmp_path_factory) -> Iterator[Deployment]:
                 sglang_router(*args, "--decode", urls[decode], log=log, timeout_s=START_S)
             )
 
-        yield Deployment(urls["hbm"], router("decode_off"), router("decode_dram"), logs)
+        yield Deployment(urls["hbm"], router("decode_off"), router("decode_dram"), logs, urls)
 
 
 def _serve(url: str, prompts: list[list[int]]) -> list[list[int]]:
@@ -112,3 +115,15 @@ def test_decode_off_serves_the_prefill_token_then_the_model_without_ple(pd):
     assert "Engram placement for this prefill worker: hbm" in prefill
     assert "Engram placement for this decode worker: off" in decode_off
     assert "PLE table in off: sglang-engram's tables, nothing held" in decode_off
+
+
+@pytest.mark.parametrize("decode", ["decode_off", "decode_dram"])
+def test_fuzzed_requests_through_the_router_kill_no_worker(pd, decode):
+    router = pd.router_off if decode == "decode_off" else pd.router_dram
+    workers = (pd.workers["prefill"], pd.workers[decode])
+    prompt = random_prompts(random.Random(5), 1)[0]
+    target = target_of(
+        f"Qwen3.8-Flash-Next, PD prefill hbm / {decode}", router, workers, VOCAB, prompt
+    )
+    summary = fuzz_and_check(target)
+    assert summary["kinds_tried"] == summary["kinds_defined"] >= 40, summary

@@ -37,11 +37,13 @@ from test.serving.qwen4_served import (
     ARGS,
     NEW_TOKENS,
     TIE,
+    VOCAB,
     assert_agree,
     prefill_logprobs,
     random_prompts,
     teacher_forced_gaps,
 )
+from test.serving.request_fuzz import fuzz_and_check, target_of, walk_away
 from test.serving.server import generate_ids, metrics, settled_metrics, sglang_server
 
 pytestmark = pytest.mark.slow
@@ -222,3 +224,19 @@ def test_logs_name_family_placement_code_and_skipped_tables(servers, checkpoint)
     # a single server without its table is not the released model: said once, as a warning
     assert off_log.count("--engram-offload off on a single server: ") == 1
     assert "--engram-offload off on a" not in servers["hbm"].log.read_text()
+
+
+def _target(servers, placement: str):
+    url = servers[placement].url
+    prompt = random_prompts(random.Random(5), 1)[0]
+    return target_of(f"Qwen3.8-Flash-Next, {placement}", url, (url,), VOCAB, prompt)
+
+
+@pytest.mark.parametrize("placement", ["hbm", "dram", "ssd", "off"])
+def test_fuzzed_requests_are_refused_or_served_and_never_kill_the_server(servers, placement):
+    summary = fuzz_and_check(_target(servers, placement))
+    assert summary["kinds_tried"] == summary["kinds_defined"] >= 40, summary
+
+
+def test_clients_that_go_away_free_their_slots(servers):
+    walk_away(_target(servers, "dram"), streams=3, aborts=6)

@@ -51,6 +51,13 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
             "model first (huggingface-cli download ORG/NAME --local-dir DIR) and pass "
             "--model-path DIR"
         )
+    if family is not None and hf_config is not None:
+        try:
+            # NOTE: the request guard's limits, asked here so that a config that cannot
+            # state them stops the launch instead of the first request
+            family.request_limits(hf_config)
+        except EngramConfigError as exc:
+            raise EngramStartupError(f"{family.title}: {exc}") from exc
     if hf_config is not None and not facts.serves_tables:
         if config.offload_explicit or config.ssd_dir or config.hot_cache_gb:
             logger.warning(_ignored_flags(model_path, family, config))

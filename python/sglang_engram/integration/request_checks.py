@@ -1,42 +1,135 @@
-"""Reject requests whose token ids would index past an Engram model's tables.
+"""The one request guard: every request of every model family is checked here against
+what the family declares (:class:`~sglang_engram.models.request_limits.RequestLimits`)
+before it is scheduled.
 
-SGLang 0.5.23 checks ``/generate``'s ``input_ids`` against nothing but the context
-length: an id past the vocabulary reaches the embedding (and the Engram token map,
-which has one entry per tokenizer id) and kills the scheduler, and every request in
-flight with it. This AFTER hook on the tokenizer manager's per-request validation raises
-``ValueError``, which SGLang answers with a 400 naming the id and the valid range; the
-server goes on serving.
+SGLang 0.5.23 checks a prompt against the context length only: an empty prompt, or a
+token id outside the vocabulary, reaches the model and kills the scheduler with every
+request in flight (or, where the embedding is padded, is served from a padding row).
+This AFTER hook on the tokenizer manager's per-request validation, which every entry
+point passes (native ``/generate`` text, ``input_ids`` and batches, ``/v1/completions``,
+``/v1/chat/completions``), raises ``ValueError``: SGLang answers it with a 400 naming the
+field and the value, and the server goes on serving.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-
-def valid_id_bound(vocab_size: int, tokenizer: Any | None) -> int:
-    """Token ids in ``[0, bound)`` are safe: inside the embedding and the token map."""
-    if tokenizer is None:
-        return vocab_size
-    return min(vocab_size, len(tokenizer))
+from sglang_engram.args.model_facts import model_facts
+from sglang_engram.models.request_limits import RequestLimits
 
 
-def first_bad_id(input_ids: list[int], bound: int) -> tuple[int, int] | None:
-    """(position, id) of the first id outside ``[0, bound)``, or ``None``."""
+def first_bad_id(input_ids: Iterable[Any], bound: int) -> tuple[int, Any] | None:
+    """(position, value) of the first entry that is not an int in ``[0, bound)``."""
     for position, token_id in enumerate(input_ids):
+        if isinstance(token_id, bool) or not isinstance(token_id, int):
+            return position, token_id
         if not 0 <= token_id < bound:
             return position, token_id
     return None
 
 
+@dataclass(frozen=True)
+class RequestGuard:
+    """A served model's limits, with its tokenizer's size folded in."""
+
+    limits: RequestLimits
+    id_bound: int
+
+    def _range(self) -> str:
+        return f"valid token ids are 0 to {self.id_bound - 1}"
+
+    def _check_ids(self, field: str, ids: Iterable[Any]) -> None:
+        bad = first_bad_id(ids, self.id_bound)
+        if bad is not None:
+            position, value = bad
+            raise ValueError(
+                f"{field}[{position}] is {value!r}, outside this model's vocabulary: "
+                f"{self._range()}"
+            )
+
+    def check(self, obj: Any, input_ids: list[int] | None) -> None:
+        """Raise ``ValueError`` naming the first field of ``obj`` (one request, its prompt
+        tokenized into ``input_ids``) that the model cannot serve."""
+        if input_ids is not None:
+            if len(input_ids) < self.limits.min_prompt_tokens:
+                raise ValueError(
+                    f"the prompt has {len(input_ids)} tokens; this model needs at least "
+                    f"{self.limits.min_prompt_tokens} (an empty text or input_ids is refused)"
+                )
+            self._check_ids("input_ids", input_ids)
+        self._check_logprobs(obj, input_ids)
+        params = getattr(obj, "sampling_params", None) or {}
+        if isinstance(params, dict):
+            self._check_sampling(params)
+
+    def _check_logprobs(self, obj: Any, input_ids: list[int] | None) -> None:
+        # NOTE: both reach the scheduler unchecked: a top-k past the vocabulary and a
+        # negative start other than -1 ("output only") each end it.
+        top = getattr(obj, "top_logprobs_num", None)
+        if isinstance(top, int) and top > self.id_bound:
+            raise ValueError(
+                f"top_logprobs_num is {top}, more than this model's {self.id_bound} token ids"
+            )
+        start = getattr(obj, "logprob_start_len", None)
+        if isinstance(start, int) and start != -1:
+            length = len(input_ids) if input_ids is not None else None
+            if start < 0 or (length is not None and start >= length):
+                allowed = f"0 to {length - 1}" if length else "0 or more"
+                raise ValueError(
+                    f"logprob_start_len is {start}: use -1 (output tokens only) or a prompt "
+                    f"position, {allowed}"
+                )
+
+    def _check_sampling(self, params: dict[str, Any]) -> None:
+        n = params.get("n")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"n is {n!r}: ask for 1 or more completions")
+        stop_ids = params.get("stop_token_ids")
+        if stop_ids is not None:
+            if not isinstance(stop_ids, list | tuple | set):
+                raise ValueError(f"stop_token_ids must be a list of token ids, not {stop_ids!r}")
+            self._check_ids("stop_token_ids", stop_ids)
+        bias = params.get("logit_bias")
+        if bias is not None:
+            if not isinstance(bias, dict):
+                raise ValueError(f"logit_bias must map token ids to biases, not {bias!r}")
+            for key in bias:
+                try:
+                    token_id = int(key)
+                except (TypeError, ValueError):
+                    raise ValueError(f"logit_bias key {key!r} is not a token id") from None
+                if not 0 <= token_id < self.id_bound:
+                    raise ValueError(
+                        f"logit_bias key {key!r} is outside this model's vocabulary: "
+                        f"{self._range()}"
+                    )
+
+
+@functools.cache
+def guard_for(
+    model_path: str | None, vocab_size: int, tokenizer_size: int | None
+) -> RequestGuard | None:
+    """The guard of the served checkpoint (``None``: not an n-gram-table model, or no
+    local ``config.json`` to know its family from)."""
+    facts = model_facts(model_path)
+    if facts.family is None or facts.hf_config is None:
+        return None
+    limits = facts.family.request_limits(facts.hf_config)
+    bound = min(limits.id_bound(tokenizer_size), vocab_size)
+    return RequestGuard(limits, bound)
+
+
 def after_validate_one_request(result: Any, manager: Any, obj: Any, input_ids: Any) -> None:
     """AFTER ``TokenizerManager._validate_one_request(obj, input_ids)``."""
-    if not input_ids or not getattr(manager.model_config.hf_config, "engram_layer_ids", None):
-        return
-    bound = valid_id_bound(int(manager.model_config.vocab_size), manager.tokenizer)
-    bad = first_bad_id(list(input_ids), bound)
-    if bad is not None:
-        position, token_id = bad
-        raise ValueError(
-            f"input_ids[{position}] is {token_id}, outside this model's vocabulary: valid "
-            f"token ids are 0 to {bound - 1}"
-        )
+    tokenizer = manager.tokenizer
+    guard = guard_for(
+        manager.server_args.model_path,
+        int(manager.model_config.vocab_size),
+        len(tokenizer) if tokenizer is not None else None,
+    )
+    if guard is not None:
+        guard.check(obj, input_ids)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sglang_engram.integration.hook import Hook
+from sglang_engram.models.request_limits import RequestLimits
 
 if TYPE_CHECKING:
     from sglang_engram.args.server_config import EngramServerConfig
@@ -67,6 +68,12 @@ class ModelFamily(ABC):
     def table_layers(self, hf_config: HfConfig | None) -> tuple[int, ...]:
         """Layer ids of the tables, as their directories are named (``None``: the
         released model's, when there is no local config to read)."""
+
+    @abstractmethod
+    def request_limits(self, hf_config: HfConfig) -> RequestLimits:
+        """What every request must satisfy for this family's layers (the request guard
+        refuses the rest with a 400); raises ``EngramConfigError`` where the config
+        cannot say."""
 
     def implementation(self, config: EngramServerConfig) -> str:
         """Which code serves the tables in ``config.offload``."""

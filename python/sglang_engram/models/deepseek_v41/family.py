@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from sglang_engram.integration.hook import Hook
 from sglang_engram.models.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+from sglang_engram.models.request_limits import RequestLimits, config_vocab_size
 
 if TYPE_CHECKING:
     from sglang_engram.args.server_config import EngramServerConfig
@@ -71,6 +72,11 @@ class DeepseekV41(ModelFamily):
 
         ids = (hf_config or {}).get("engram_layer_ids") or DSV41_FLASH["engram_layer_ids"]
         return tuple(int(layer) for layer in ids)
+
+    def request_limits(self, hf_config: HfConfig) -> RequestLimits:
+        # NOTE: the Engram hash compresses every id through a token map built from the
+        # tokenizer, one entry per tokenizer id.
+        return RequestLimits(config_vocab_size(hf_config), within_tokenizer=True)
 
     def upstream_serves(self, config: EngramServerConfig) -> bool:
         """Whether upstream SGLang's own ``EngramEmbedding`` serves the tables: ``hbm``

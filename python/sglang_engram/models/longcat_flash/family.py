@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sglang_engram.models.family import HfConfig, ModelFamily
+from sglang_engram.models.request_limits import RequestLimits, config_vocab_size
 
 if TYPE_CHECKING:
     from sglang_engram.args.server_config import EngramServerConfig
@@ -32,6 +33,9 @@ class LongcatFlash(ModelFamily):
 
     def table_layers(self, hf_config: HfConfig | None) -> tuple[int, ...]:
         return ()
+
+    def request_limits(self, hf_config: HfConfig) -> RequestLimits:
+        return RequestLimits(config_vocab_size(hf_config))
 
     def implementation(self, config: EngramServerConfig) -> str:
         return UPSTREAM

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sglang_engram.integration.hook import Hook
 from sglang_engram.models.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+from sglang_engram.models.request_limits import RequestLimits, config_vocab_size
 
 if TYPE_CHECKING:
     from sglang_engram.args.server_config import EngramServerConfig
@@ -83,6 +84,11 @@ class Qwen4Exp(ModelFamily):
     def table_layers(self, hf_config: HfConfig | None) -> tuple[int, ...]:
         ids = text_config(hf_config or {}).get("ple_layer_ids") or ()
         return tuple(sorted({int(i) - 1 for i in ids}))
+
+    def request_limits(self, hf_config: HfConfig) -> RequestLimits:
+        # NOTE: the PLE hash multiplies raw ids (no token map); the embedding is padded
+        # past vocab_size, so an id there would be served from a padding row.
+        return RequestLimits(config_vocab_size(text_config(hf_config), "config.json's text model"))
 
     def configure_server(
         self, server_args: Any, config: EngramServerConfig
