@@ -612,11 +612,13 @@ def _kinds() -> list[Kind]:
             CHAT,
             lambda m: chat(user(j("hi")), response_format=j({"type": "json_schema"})),
         ),
+        # NOTE: /v1/chat/completions serves max_tokens 0 (/v1/completions refuses it)
+        Kind("chat_max_tokens_zero", EITHER, CHAT, lambda m: chat(user(j("hi")), max_tokens=j(0))),
         Kind(
-            "chat_max_tokens_not_positive",
+            "chat_max_tokens_negative",
             REFUSED,
             CHAT,
-            lambda m: chat(user(j("hi")), max_tokens=st.integers(-(2**40), 0)),
+            lambda m: chat(user(j("hi")), max_tokens=st.integers(-(2**40), -1)),
         ),
     ]
 
