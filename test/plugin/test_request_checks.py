@@ -111,6 +111,7 @@ def test_the_guard_names_the_field_and_the_value() -> None:
         f"top_logprobs_num is {bound + 1}": (_request(top_logprobs_num=bound + 1), good),
         "logprob_start_len is -2": (_request(logprob_start_len=-2), good),
         "logprob_start_len is 10": (_request(logprob_start_len=10), good),
+        "input_embeds cannot be served": (_request(input_embeds=[[0.5, -0.25]]), None),
     }
     for message, (obj, ids) in cases.items():
         with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
@@ -122,3 +123,24 @@ def _error(guard: RequestGuard, obj, ids) -> str:
     with pytest.raises(ValueError) as caught:
         guard.check(obj, ids)
     return str(caught.value)
+
+
+def test_a_disaggregated_server_refuses_several_completions_per_request() -> None:
+    bound = random.randrange(100, 10_000)
+    good = [random.randrange(bound) for _ in range(10)]
+    n = random.randrange(2, 9)
+    several = _request(sampling_params={"n": n})
+    _guard(bound).check(several, good)
+    pd = RequestGuard(RequestLimits(bound), bound, disaggregated=True)
+    assert f"n is {n}: a prefill/decode disaggregated deployment" in _error(pd, several, good)
+    pd.check(_request(sampling_params={"n": 1}), good)
+
+
+def test_a_prompt_past_the_servers_kv_pool_is_refused() -> None:
+    bound = random.randrange(100, 10_000)
+    longest = random.randrange(8, 64)
+    guard = RequestGuard(RequestLimits(bound), bound, max_prompt_tokens=longest)
+    prompt = [random.randrange(bound) for _ in range(longest)]
+    guard.check(_request(), prompt[:-1])
+    message = _error(guard, _request(), prompt)
+    assert f"the prompt has {longest} tokens; this server takes at most {longest - 1}" in message

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import requests
 from hypothesis import HealthCheck, Phase, given, seed, settings
+from sglang_engram.cluster.prompt_limits import longest_prompt
 
 from test.serving.request_kinds import KINDS, REFUSED, SERVED, Kind, Model, Request
 from test.serving.server import generate_ids
@@ -80,15 +81,21 @@ class Counts:
             "4xx": self.by_class["4xx"],
             "5xx": self.by_class["5xx"],
             "deaths": self.by_class["dropped"],
+            "hung": self.by_class["hung"],
         }
         if rss is not None:
             out["rss_before_mib"], out["rss_after_mib"] = (v >> 20 for v in rss)
         return out
 
 
-def send(url: str, req: Request, timeout: float = 300) -> int:
-    """The HTTP status of one request (0: the connection dropped). A streamed answer is
-    read to its end; an error inside a 200 stream counts as a 5xx."""
+# NOTE: every kind asks for a few tokens: an answer this late is a request the server lost
+HUNG_S = 90
+
+
+def send(url: str, req: Request, timeout: float = HUNG_S) -> int:
+    """The HTTP status of one request (0: the connection dropped, -1: no answer within
+    ``timeout``). A streamed answer is read to its end; an error inside a 200 stream
+    counts as a 5xx."""
     kwargs = {"data": req.body} if isinstance(req.body, str) else {"json": req.body}
     try:
         with requests.post(f"{url}{req.path}", timeout=timeout, stream=req.stream, **kwargs) as r:
@@ -99,6 +106,8 @@ def send(url: str, req: Request, timeout: float = 300) -> int:
                     code = json.loads(line[5:]).get("error", {}).get("code", 500)
                     return int(code) if isinstance(code, int) else 500
             return 200
+    except requests.Timeout:
+        return -1
     except requests.ConnectionError:
         return 0
 
@@ -106,6 +115,8 @@ def send(url: str, req: Request, timeout: float = 300) -> int:
 def classify(status: int) -> str:
     if status == 0:
         return "dropped"
+    if status == -1:
+        return "hung"
     return f"{status // 100}xx"
 
 
@@ -125,7 +136,7 @@ def drawn(
     @seed(seed_value)
     @given(kind.body(model))
     def run(body: Any) -> None:
-        send_one(Request(kind.name, kind.expect, kind.path, body, kind.stream))
+        send_one(Request(kind.name, kind.expect_of(model), kind.path, body, kind.stream))
 
     return run
 
@@ -143,7 +154,7 @@ def fuzz(target: Target, n: int = REQUESTS, seed_value: int = SEED) -> Counts:
         counts.by_kind[req.kind] += 1
         counts.by_class[cls] += 1
         line = f"{req.kind}: {status} for {str(req.body)[:200]}"
-        if cls in ("5xx", "dropped"):
+        if cls in ("5xx", "dropped", "hung"):
             counts.server_errors.append(line)
             raise AssertionError(f"{target.name}: {line}")
         if (req.expect == REFUSED and cls != "4xx") or (req.expect == SERVED and cls != "2xx"):
@@ -278,10 +289,13 @@ def walk_away(target: Target, streams: int, aborts: int, freed_within_s: float =
 def target_of(
     name: str, url: str, workers: tuple[str, ...], vocab: int, prompt: list[int]
 ) -> Target:
-    """A target whose context length is read from its first worker."""
+    """A target whose limits are read from its workers (``url`` not among them: a PD
+    router)."""
     info = requests.get(f"{workers[0]}/v1/models", timeout=30).json()
     context_len = int(info["data"][0]["max_model_len"])
-    return Target(name, url, workers, Model(vocab, context_len), tuple(prompt))
+    longest = [longest_prompt(w) for w in workers]
+    model = Model(vocab, context_len, min(longest), max(longest), pd_router=url not in workers)
+    return Target(name, url, workers, model, tuple(prompt))
 
 
 def fuzz_and_check(target: Target, n: int = REQUESTS) -> dict:

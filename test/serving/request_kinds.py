@@ -24,6 +24,12 @@ class Model:
 
     vocab: int  # valid token ids are [0, vocab)
     context_len: int
+    max_prompt: int  # shorter prompts fit every worker's KV pool and context
+    # NOTE: every worker refuses a prompt this long. Through PD, one between the two
+    # (the prefill worker takes it, a decode worker does not) waits for SGLang's
+    # bootstrap timeout, 300 s (sglang_engram.cluster.prompt_limits).
+    refused_prompt: int
+    pd_router: bool = False  # requests go through sglang-router to a prefill/decode pair
 
 
 @dataclass(frozen=True)
@@ -38,10 +44,28 @@ class Request:
 @dataclass(frozen=True)
 class Kind:
     name: str
-    expect: str
+    expect: str | Callable[[Model], str]  # what a server of that model must answer
     path: str
     body: Callable[[Model], st.SearchStrategy[Any]]
     stream: bool = False
+
+    def expect_of(self, m: Model) -> str:
+        return self.expect if isinstance(self.expect, str) else self.expect(m)
+
+
+def single_sample(m: Model) -> str:
+    """n > 1: served by one server, refused through PD (SGLang's transfer would hang)."""
+    return REFUSED if m.pd_router else SERVED
+
+
+def router_drops(m: Model) -> str:
+    """A field the servers refuse but sglang-router's typed /generate request drops."""
+    return EITHER if m.pd_router else REFUSED
+
+
+def router_refuses(m: Model) -> str:
+    """Served by a server; sglang-router's /v1/completions takes text prompts only (422)."""
+    return REFUSED if m.pd_router else SERVED
 
 
 def ids(m: Model, lo: int = 1, hi: int = 40, first: int = 0) -> st.SearchStrategy[list[int]]:
@@ -207,12 +231,12 @@ def _kinds() -> list[Kind]:
         Kind(
             "prompt_over_context_len", REFUSED, GENERATE, _prompt_of(lambda m: m.context_len + 1, 1)
         ),
-        # NOTE: SGLang keeps a few tokens of the context in reserve
+        # NOTE: a server's longest prompt: its KV pool or context, less a few tokens
         Kind(
-            "prompt_nearly_fills_context",
-            SERVED,
-            GENERATE,
-            _prompt_of(lambda m: m.context_len - 16, 1),
+            "prompt_fills_the_server", SERVED, GENERATE, _prompt_of(lambda m: m.max_prompt - 1, 1)
+        ),
+        Kind(
+            "prompt_past_the_server", REFUSED, GENERATE, _prompt_of(lambda m: m.refused_prompt, 1)
         ),
         Kind(
             "both_text_and_ids",
@@ -358,7 +382,7 @@ def _kinds() -> list[Kind]:
         ),
         Kind(
             "logit_bias_out_of_vocab",
-            REFUSED,
+            router_drops,
             GENERATE,
             lambda m: gen(
                 m,
@@ -383,7 +407,7 @@ def _kinds() -> list[Kind]:
         ),
         Kind(
             "unknown_sampling_param",
-            REFUSED,
+            router_drops,
             GENERATE,
             lambda m: gen(m, no_such_param=st.integers()),
         ),
@@ -399,7 +423,7 @@ def _kinds() -> list[Kind]:
             GENERATE,
             lambda m: gen(m, json_schema=st.sampled_from(["{", "{not json", "[1,"])),
         ),
-        Kind("n_several", SERVED, GENERATE, lambda m: gen(m, n=st.integers(2, 3))),
+        Kind("n_several", single_sample, GENERATE, lambda m: gen(m, n=st.integers(2, 3))),
         Kind("n_not_positive", REFUSED, GENERATE, lambda m: gen(m, n=st.integers(-(2**40), 0))),
         Kind(
             "sampling_params_not_a_dict",
@@ -516,11 +540,11 @@ def _kinds() -> list[Kind]:
             COMPLETIONS,
             lambda m: comp(m, st.tuples(ids(m), with_bad(m, oov(m))).map(list)),
         ),
-        Kind("completion_ids", SERVED, COMPLETIONS, lambda m: comp(m, prompt_ids(m))),
+        Kind("completion_ids", router_refuses, COMPLETIONS, lambda m: comp(m, prompt_ids(m))),
         Kind("completion_text", SERVED, COMPLETIONS, lambda m: comp(m)),
         Kind(
             "completion_n_several",
-            SERVED,
+            single_sample,
             COMPLETIONS,
             lambda m: comp(m, prompt_ids(m), n=st.integers(2, 3)),
         ),
@@ -544,7 +568,7 @@ def _kinds() -> list[Kind]:
         ),
         Kind(
             "completion_echo_logprobs",
-            SERVED,
+            router_refuses,
             COMPLETIONS,
             lambda m: comp(m, prompt_ids(m), echo=j(True), logprobs=st.integers(0, 3)),
         ),
@@ -569,7 +593,7 @@ def _kinds() -> list[Kind]:
         ),
         Kind(
             "completion_stream",
-            SERVED,
+            router_refuses,
             COMPLETIONS,
             lambda m: comp(m, prompt_ids(m), stream=j(True)),
             stream=True,

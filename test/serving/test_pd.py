@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sglang_engram.cluster.prompt_limits import longest_prompt, mismatch
 
 from engram.eval.__main__ import main as eval_main
 from engram.model import TinyEngramModel
@@ -296,3 +297,11 @@ def test_fuzzed_requests_through_the_router_kill_no_worker(pd, reference, decode
     )
     summary = fuzz_and_check(target)
     assert summary["kinds_tried"] == summary["kinds_defined"] >= 40, summary
+
+
+def test_a_decode_kv_pool_shorter_than_the_prefill_context_is_flagged(pd):
+    prefill, small, large = (longest_prompt(u) for u in (pd.prefill, pd.decode_dram, pd.decode_off))
+    assert small < prefill <= large, (small, prefill, large)
+    warning = mismatch({"p0": ("prefill", prefill), "d0": ("decode", small)})
+    assert f"p0 takes prompts of up to {prefill - 1} tokens but d0 only {small - 1}" in warning
+    assert mismatch({"p0": ("prefill", prefill), "d1": ("decode", large)}) is None

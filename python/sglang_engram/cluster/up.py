@@ -26,6 +26,7 @@ import psutil
 
 from sglang_engram.cluster.assignment import check_num_gpus, ray_nodes
 from sglang_engram.cluster.plan import ClusterPlan, ProcessPlan, build_plan
+from sglang_engram.cluster.prompt_limits import longest_prompt, mismatch
 from sglang_engram.cluster.ray_session import connect
 from sglang_engram.cluster.registration import RouterError, list_workers
 from sglang_engram.cluster.spec import ClusterError, ClusterSpec
@@ -168,12 +169,17 @@ class _Cluster:
                 f"Ray {why} {', '.join(late)} in time; are other jobs holding its resources? "
                 "(`ray status`)"
             )
+        urls = {}
         for name, ref in refs.items():
             info = ray.get(ref)
+            urls[name] = info["url"]
             where = f"GPU {','.join(info['gpu_ids'])}" if gpus else "CPU"
             self.say(f"started {name} at {info['url']} ({where})")
         workers = dict(self.actors)
         self._wait(workers, lambda: True, "workers to answer /health", deadline)
+        roles = {w.name: w.role for w in self.plan.workers}
+        if warning := mismatch({n: (roles[n], longest_prompt(u)) for n, u in urls.items()}):
+            self.say(warning)
 
         r = self.plan.router
         node = ray.get_runtime_context().get_node_id()

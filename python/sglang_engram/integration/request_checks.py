@@ -34,10 +34,18 @@ def first_bad_id(input_ids: Iterable[Any], bound: int) -> tuple[int, Any] | None
 
 @dataclass(frozen=True)
 class RequestGuard:
-    """A served model's limits, with its tokenizer's size folded in."""
+    """A served model's limits, with its tokenizer's size folded in, and whether the
+    server is one side of a prefill/decode pair."""
 
     limits: RequestLimits
     id_bound: int
+    # NOTE: SGLang 0.5.23's PD transfer carries one KV cache per request: with n > 1 the
+    # decode worker waits for its samples' caches forever (the client hangs, no error).
+    disaggregated: bool = False
+    # NOTE: prompts of this many tokens or more do not fit the server's KV pool (or its
+    # context). SGLang's scheduler refuses them, except a PD decode worker's, which
+    # waits forever for room; refused here, before scheduling, by every server alike.
+    max_prompt_tokens: int | None = None
 
     def _range(self) -> str:
         return f"valid token ids are 0 to {self.id_bound - 1}"
@@ -54,11 +62,24 @@ class RequestGuard:
     def check(self, obj: Any, input_ids: list[int] | None) -> None:
         """Raise ``ValueError`` naming the first field of ``obj`` (one request, its prompt
         tokenized into ``input_ids``) that the model cannot serve."""
+        # NOTE: every family's tables are indexed by hashes of token ids. (Through PD the
+        # prefill worker refused embeddings for its radix cache while the decode worker,
+        # which has none, took them and waited forever for a KV cache.)
+        if getattr(obj, "input_embeds", None) is not None:
+            raise ValueError(
+                "input_embeds cannot be served: this model's n-gram tables are looked up "
+                "by token ids; send text or input_ids"
+            )
         if input_ids is not None:
             if len(input_ids) < self.limits.min_prompt_tokens:
                 raise ValueError(
                     f"the prompt has {len(input_ids)} tokens; this model needs at least "
                     f"{self.limits.min_prompt_tokens} (an empty text or input_ids is refused)"
+                )
+            if self.max_prompt_tokens is not None and len(input_ids) >= self.max_prompt_tokens:
+                raise ValueError(
+                    f"the prompt has {len(input_ids)} tokens; this server takes at most "
+                    f"{self.max_prompt_tokens - 1} (its KV cache pool or context length)"
                 )
             self._check_ids("input_ids", input_ids)
         self._check_logprobs(obj, input_ids)
@@ -88,6 +109,11 @@ class RequestGuard:
         n = params.get("n")
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ValueError(f"n is {n!r}: ask for 1 or more completions")
+        if self.disaggregated and isinstance(n, int) and n > 1:
+            raise ValueError(
+                f"n is {n}: a prefill/decode disaggregated deployment serves one completion "
+                "per request; send n requests instead"
+            )
         stop_ids = params.get("stop_token_ids")
         if stop_ids is not None:
             if not isinstance(stop_ids, list | tuple | set):
@@ -111,7 +137,11 @@ class RequestGuard:
 
 @functools.cache
 def guard_for(
-    model_path: str | None, vocab_size: int, tokenizer_size: int | None
+    model_path: str | None,
+    vocab_size: int,
+    tokenizer_size: int | None,
+    disaggregated: bool,
+    max_prompt_tokens: int | None,
 ) -> RequestGuard | None:
     """The guard of the served checkpoint (``None``: not an n-gram-table model, or no
     local ``config.json`` to know its family from)."""
@@ -120,16 +150,21 @@ def guard_for(
         return None
     limits = facts.family.request_limits(facts.hf_config)
     bound = min(limits.id_bound(tokenizer_size), vocab_size)
-    return RequestGuard(limits, bound)
+    return RequestGuard(limits, bound, disaggregated, max_prompt_tokens)
 
 
 def after_validate_one_request(result: Any, manager: Any, obj: Any, input_ids: Any) -> None:
     """AFTER ``TokenizerManager._validate_one_request(obj, input_ids)``."""
     tokenizer = manager.tokenizer
+    args = manager.server_args
+    # NOTE: with --allow-auto-truncate SGLang cuts a long prompt instead
+    longest = None if args.allow_auto_truncate else getattr(manager, "max_req_input_len", None)
     guard = guard_for(
         manager.server_args.model_path,
         int(manager.model_config.vocab_size),
         len(tokenizer) if tokenizer is not None else None,
+        getattr(args, "disaggregation_mode", "null") != "null",
+        longest,
     )
     if guard is not None:
         guard.check(obj, input_ids)
