@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engram.errors import EngramTableError
+from engram.files import GIB, MIB
 from engram.ssd.integrity import verify_table
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 from engram.ssd.manifest import (
@@ -45,7 +46,7 @@ from engram.ssd.manifest import (
     TableManifest,
 )
 from engram.ssd.publish import publish
-from engram.ssd.sources import RowSource, source_layout
+from engram.ssd.sources import RowSource, describe_source, source_layout
 from engram.ssd.writer import finished_chunks, partial_path, require_space, write_table
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,24 @@ class Decision:
         if self.reuse or not self.stale_bytes:
             return None
         return f"converting the SSD table {self.path} again from the checkpoint: {self.why}"
+
+    def first(self, source: RowSource) -> str | None:
+        """The one line saying that ``source``'s rows are converted into ``path`` where
+        no table was (or resumed where one was half written), with the bytes to write;
+        None when the table is reused or converted again (:attr:`again`)."""
+        if self.reuse or self.stale_bytes:
+            return None
+        size = _size(self.write_bytes)
+        what = describe_source(source)
+        if self.why.startswith("half written"):
+            return (
+                f"resuming the conversion of {what} into {self.path} ({size} left to write); "
+                "later starts reuse it"
+            )
+        return (
+            f"converting {what} into {self.path} ({size} to write): the first start with "
+            "this SSD directory; later starts reuse it"
+        )
 
 
 def decide(path: Path, source: RowSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Decision:
@@ -134,7 +153,8 @@ def ensure_table(
     first unless :func:`decide` reuses what is there. ``source=None``: open as it is.
     ``swap_in=False`` only writes the new table beside the old one (and returns its
     manifest); a later call with ``swap_in=True`` then swaps it in at once. A table
-    converted again is said in one warning (``announce=False``: the caller said it)."""
+    converted again is said in one warning, a first conversion in one info line
+    (``announce=False``: the caller said it)."""
     if source is None:
         if not (path / MANIFEST).exists():
             what = "has no manifest.json" if path.exists() else "does not exist"
@@ -155,6 +175,9 @@ def ensure_table(
         if announce and decision.again is not None:
             # NOTE: a warning, so that a command line without logging set up shows it too
             logger.warning("%s", decision.again)
+        elif announce:
+            # NOTE: said before the space check and the write: a large table takes minutes
+            logger.info("%s", decision.first(source))
         if check_space:
             require_space(path.parent, decision.write_bytes)
         work = partial_path(path)
@@ -204,6 +227,10 @@ def resolve_table_dir(path: Path, layer: int | None) -> Path:
             f"{path} has no table for Engram layer {layer} (it has {sorted(checkpoint.layers)})"
         )
     return path / sub
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / MIB:.1f} MiB"
 
 
 def _describe(identity: dict) -> str:

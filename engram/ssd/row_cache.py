@@ -4,7 +4,9 @@ Holds rows (``row_bytes`` opaque bytes each) in plain host memory in a ``WAYS``-
 set-associative layout with LRU replacement inside each set
 (:mod:`engram.ssd.kernels.cache`). A lookup makes one pass that copies its hits out
 (:meth:`RowCache.take`) and, once the rest is read from the file, one pass that admits
-them (:meth:`RowCache.put`). Hits and misses are counted per distinct row of a lookup.
+them (:meth:`RowCache.put`). Hits and misses are counted per distinct row of a lookup,
+once: a read-ahead fill probes the cache too but counts nothing (``count=False``), so
+the hits and misses of a table's lookups add up to the rows they looked up here.
 """
 
 from __future__ import annotations
@@ -53,18 +55,26 @@ class RowCache:
         return self.hits / total if total else 0.0
 
     def take(
-        self, ids: np.ndarray, need: np.ndarray, out: np.ndarray, missed: np.ndarray
+        self,
+        ids: np.ndarray,
+        need: np.ndarray,
+        out: np.ndarray,
+        missed: np.ndarray,
+        *,
+        count: bool = True,
     ) -> tuple[int, int]:
         """Copy the cached rows of distinct ``ids`` still ``need``-ed into ``out`` (row
         ``i`` for ``ids[i]``) and clear their ``need``; the positions of the others go
-        to ``missed`` (room for ``len(ids)``). Returns (hits, misses)."""
+        to ``missed`` (room for ``len(ids)``). Returns (hits, misses), added to the
+        cache's counts only with ``count`` (a lookup's probe, not a read-ahead's)."""
         with self._lock:
             hits, misses = kernels.cache.take(
                 self.tags, self.stamps, self._clock, self.rows, ids, need, out, missed
             )
             self._clock += ids.size
-            self.hits += hits
-            self.misses += misses
+            if count:
+                self.hits += hits
+                self.misses += misses
         return hits, misses
 
     def put(self, ids: np.ndarray, source: np.ndarray, at: np.ndarray) -> None:

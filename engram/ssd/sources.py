@@ -36,6 +36,13 @@ class RowSource(Protocol):
         ...
 
 
+def describe_source(source: RowSource) -> str:
+    """What ``source``'s rows are, for a log line: its own ``describe()`` where it has
+    one (a checkpoint's: the layer and the checkpoint), else its row count."""
+    describe = getattr(source, "describe", None)
+    return describe() if describe is not None else f"a table of {source.num_rows:,} rows"
+
+
 def source_layout(source: RowSource, chunk_bytes: int) -> DiskLayout:
     """The on-disk layout a table of ``source``'s rows is written in."""
     return DiskLayout.with_chunk_bytes(
@@ -119,3 +126,6 @@ class RowRange:
 
     def identity(self) -> dict[str, Any]:
         return {**self._source.identity(), "shard": [self._start, self._stop]}
+
+    def describe(self) -> str:
+        return f"{describe_source(self._source)} (rows {self._start:,} to {self._stop:,})"

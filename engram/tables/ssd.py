@@ -127,6 +127,7 @@ class SsdTable(EngramTable):
         # read-ahead thread made ("ahead"), and a lookup's waits on read-ahead handles.
         # (lookup + waits) / (lookup + ahead) is the read time read-ahead did not hide.
         self.read_seconds = {"lookup": 0.0, "ahead": 0.0}
+        self.rows_read = {"lookup": 0, "ahead": 0}  # NOTE: rows asked of the file, the same way
         self.handle_wait_seconds = 0.0
         self._cache_hits = 0  # RAM cache hits of the current fetch
         compile_kernels()  # NOTE: now, not on the first request (numba, cached on disk)
@@ -204,14 +205,15 @@ class SsdTable(EngramTable):
         return need
 
     def _from_cache(
-        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray
+        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray, *, count: bool = True
     ) -> tuple[int, np.ndarray]:
         """Rows of sorted distinct ``ids`` still ``need``-ed (``self._need``'s flags) that
         the RAM cache holds into ``out``, their ``need`` cleared. Returns (hits, positions
-        in ``ids`` of the rows still needed, ``ALL_ROWS`` for all of them)."""
+        in ``ids`` of the rows still needed, ``ALL_ROWS`` for all of them). ``count``:
+        add them to the cache's hits and misses (a lookup's rows, not a read-ahead's)."""
         if self._cache is not None:
             scratch = self._scratch
-            hits, missed = self._cache.take(ids, need, out, scratch.missed[: ids.size])
+            hits, missed = self._cache.take(ids, need, out, scratch.missed[: ids.size], count=count)
             return hits, scratch.missed[:missed]
         if need.all():
             return 0, ALL_ROWS
@@ -247,6 +249,7 @@ class SsdTable(EngramTable):
                 "Only this lookup failed; the table keeps serving"
             ) from err
         self.read_seconds[by] += time.perf_counter() - started
+        self.rows_read[by] += miss.size
         if self._cache is not None:
             self._cache.put(miss, out, at)
 
@@ -273,7 +276,10 @@ class SsdTable(EngramTable):
             (ids.size, self.row_bytes), dtype=torch.uint8, device="cpu", pin_memory=pinned
         )
         out = rows.numpy()
-        _, at = self._from_cache(ids, out, self._need(ids.size))
+        # NOTE: not counted: the rows reach a lookup through the handle (prefetch_hits)
+        # or the cache, and are counted then. Counted here too, an ssd server's
+        # /metrics showed more RAM-cache misses than rows requested.
+        _, at = self._from_cache(ids, out, self._need(ids.size), count=False)
         # NOTE: a copy: the urgent fills between slices reuse this thread's scratch.
         at = np.arange(ids.size) if at is ALL_ROWS else at.copy()
         sliced = not handle.urgent and self._ahead.urgent_recently()
@@ -297,11 +303,15 @@ class SsdTable(EngramTable):
         """The SSD tier's own counters (always these keys), for ``/metrics``:
 
         ``ram_cache_hit_ratio`` (hits / lookups of distinct rows in the RAM row cache; 0
-        without one), ``ram_cache_hits``, ``ram_cache_misses``, ``ram_cache_bytes``,
+        without one), ``ram_cache_hits`` and ``ram_cache_misses`` (each distinct row of a
+        lookup not taken from a read-ahead handle done reading, once: their sum is at most
+        ``unique_rows``; the read-ahead's own probes are not counted), ``ram_cache_bytes``,
         ``prefetch_hits`` (rows taken from read-ahead handles), ``prefetch_bytes_held``,
         ``pages_requested`` (pages asked of the data file), ``io_errors`` (lookups
-        failed by an I/O error), ``lookup_read_seconds`` / ``ahead_read_seconds`` (disk
-        read time of lookups / of the read-ahead thread) and ``handle_wait_seconds``
+        failed by an I/O error), ``lookup_rows_read`` / ``ahead_rows_read`` (rows read
+        from the data file by lookups / by the read-ahead thread: the page cache may
+        serve some), ``lookup_read_seconds`` / ``ahead_read_seconds`` (disk read time of
+        lookups / of the read-ahead thread) and ``handle_wait_seconds``
         (lookups waiting on read-ahead handles).
         """
         out = {
@@ -313,6 +323,8 @@ class SsdTable(EngramTable):
             "prefetch_bytes_held": self._ahead.held_bytes(),
             "pages_requested": self._reader.pages_requested,
             "io_errors": self.io_errors,
+            "lookup_rows_read": self.rows_read["lookup"],
+            "ahead_rows_read": self.rows_read["ahead"],
             "lookup_read_seconds": self.read_seconds["lookup"],
             "ahead_read_seconds": self.read_seconds["ahead"],
             "handle_wait_seconds": self.handle_wait_seconds,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
 
-from engram.cli import Parser, run
+from engram.cli import Parser, debug_of, run
 
 
 def parser() -> Parser:
@@ -20,6 +21,10 @@ def parser() -> Parser:
         "doctor",
         help="Report the SGLang version, which hooks applied, the GPU and its "
         "host-memory / huge-page situation.",
+        description="Report the SGLang version, which hooks applied, the GPU and its "
+        "host-memory / huge-page situation. The warnings upstream SGLang, transformers "
+        "and torch print while their modules are imported are left out (--debug shows "
+        "them).",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument(
@@ -38,9 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         # NOTE: the report says which sgl_kernel this machine gets; its log line would
         # only repeat that on stderr.
         logging.getLogger("sglang_engram.integration.kernel_standin").setLevel(logging.ERROR)
+        from sglang_engram.doctor.quiet import upstream_quiet
         from sglang_engram.doctor.report import collect, render
 
-        report = collect(apply_hooks=not args.no_hooks)
+        # NOTE: importing SGLang's model code warns about this machine (no CUDA, no
+        # AWQ, ...) before the report; --debug keeps those lines.
+        with contextlib.nullcontext() if debug_of(args) else upstream_quiet():
+            report = collect(apply_hooks=not args.no_hooks)
         print(json.dumps(report, indent=2) if args.json else render(report))
         failed = any(s.startswith("failed") for s in report["hooks"].values())
         return 1 if failed else 0

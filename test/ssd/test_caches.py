@@ -63,9 +63,56 @@ def test_rows_from_read_ahead_count_as_ssd_and_ram_cache_hits_as_dram(tmp_path: 
     table.close()
 
 
+def test_ram_cache_counts_each_looked_up_row_once_not_the_read_ahead_s(tmp_path: Path) -> None:
+    """hits + misses == the distinct rows lookups looked for in the RAM cache; the
+    read-ahead's own probes count in neither, so misses never pass the rows requested
+    (a served ssd table showed more misses than rows requested)."""
+    weight, scale = random_table(ROWS, DIM)
+    dram = create_table("dram", weight, scale)
+    table = create_table("ssd", weight, scale, path=tmp_path / "t", ram_cache_bytes=8 << 20)
+    probed = 0  # distinct rows of the lookups that reach the RAM cache
+    # a prompt read ahead at admission, then looked up exactly: all from its handle
+    prompt = torch.randint(0, ROWS, (320,))
+    handles = [table.prefetch(prompt)]
+    assert handles[0].wait(30)
+    assert torch.equal(table.lookup(prompt), dram.lookup(prompt))
+    # decode steps read one step ahead, the last one never looked up
+    steps = [torch.randint(0, ROWS, (16,)) for _ in range(5)]
+    for step in steps:
+        handles.append(table.prefetch(step, urgent=True))
+        assert handles[-1].wait(30)
+    for step in steps[:-1]:
+        assert torch.equal(table.lookup(step), dram.lookup(step))
+    stats = table.stats()
+    assert (stats["ram_cache_hits"], stats["ram_cache_misses"]) == (0, 0)
+    # rows the read-ahead read sit in the RAM cache: a lookup mixing handle rows, those
+    # and fresh rows looks for the last two kinds there, each distinct row once
+    held = torch.cat([prompt, *steps]).unique()
+    fresh = _distinct(150, exclude=held)
+    mixed = torch.cat([prompt[:40], fresh, fresh[:30], steps[0]])
+    assert torch.equal(table.lookup(mixed), dram.lookup(mixed))
+    probed += fresh.numel()
+    for handle in handles:  # the handles go: their rows are in the RAM cache
+        handle.release()
+    again = torch.cat([prompt[torch.randperm(prompt.numel())[:100]], fresh])
+    assert torch.equal(table.lookup(again.repeat(2)), dram.lookup(again.repeat(2)))
+    probed += again.unique().numel()
+    stats = table.stats()
+    assert stats["ram_cache_hits"] + stats["ram_cache_misses"] == probed
+    assert stats["ram_cache_misses"] == fresh.numel()  # read once, by the mixed lookup
+    counters = table.counters.stats()
+    assert stats["ram_cache_hits"] + stats["ram_cache_misses"] <= counters["unique_rows"]
+    assert counters["unique_rows"] <= counters["rows_requested"]
+    # the disk reads are counted apart, by who read
+    assert stats["lookup_rows_read"] == fresh.numel()
+    assert stats["ahead_rows_read"] == held.numel()
+    table.close()
+
+
 SSD_STATS = {
     "ram_cache_hit_ratio", "ram_cache_hits", "ram_cache_misses", "ram_cache_bytes",
     "prefetch_hits", "prefetch_bytes_held", "pages_requested", "io_errors",
+    "lookup_rows_read", "ahead_rows_read",
     "lookup_read_seconds", "ahead_read_seconds", "handle_wait_seconds",
 }  # fmt: skip
 

@@ -107,8 +107,48 @@ def test_a_damaged_table_is_converted_again(converted, damage: str, caplog) -> N
     assert said.getMessage() == (
         f"converting the SSD table {path} again from the checkpoint: {decision.why}"
     )
+    assert [r.levelname for r in caplog.records if r.name == "engram.ssd.ensure"] == ["WARNING"]
     assert decide(path, source).reuse
     assert _serves(path, *tables[1])
+
+
+def test_a_first_conversion_says_what_it_converts_where_and_how_much(tmp_path, caplog) -> None:
+    """Opening an ssd table over a directory with no table yet (what a first server start
+    with ``--engram-offload ssd`` does) says, in one info line before it writes: the
+    layer, the checkpoint, the directory and the size; a later open says nothing."""
+    from engram.ssd.sources import RowRange, source_layout
+
+    ckpt = tmp_path / "ckpt"
+    tables = write_checkpoint(ckpt, tiny_spec_config())
+    layer = int(torch.randint(0, 2, ()).item()) * 2 + 1  # 1 or 3
+    source = find_tables(ckpt)[layer]
+    path = tmp_path / "ssd" / f"layer{layer}"
+    size = source_layout(source, 16 << 10).file_bytes
+    with caplog.at_level("INFO", logger="engram.ssd.ensure"):
+        create_table("ssd", None, None, path=path, source=source, chunk_bytes=16 << 10).close()
+    said = [r for r in caplog.records if r.name == "engram.ssd.ensure"]
+    assert [(r.levelname, r.getMessage()) for r in said] == [
+        (
+            "INFO",
+            f"converting layer {layer}'s table from {ckpt} into {path} "
+            f"({size / (1 << 20):.1f} MiB to write): the first start with this SSD "
+            "directory; later starts reuse it",
+        )
+    ]
+    assert _serves(path, *tables[layer])
+    caplog.clear()
+    with caplog.at_level("INFO", logger="engram.ssd.ensure"):
+        create_table("ssd", None, None, path=path, source=source, chunk_bytes=16 << 10).close()
+    assert not [r for r in caplog.records if r.name == "engram.ssd.ensure"]
+    # a TP rank's share names its rows
+    rows = RowRange(source, 0, source.num_rows // 2)
+    with caplog.at_level("INFO", logger="engram.ssd.ensure"):
+        ensure_table(tmp_path / "ssd" / "shard", rows, chunk_bytes=16 << 10)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "engram.ssd.ensure"]
+    assert line.startswith(
+        f"converting layer {layer}'s table from {ckpt} (rows 0 to {source.num_rows // 2:,}) "
+        f"into {tmp_path / 'ssd' / 'shard'} ("
+    ), line
 
 
 def test_convert_says_which_damaged_table_it_converts_again(converted) -> None:
@@ -135,7 +175,7 @@ def test_convert_says_which_damaged_table_it_converts_again(converted) -> None:
     assert decide(path, find_tables(ckpt)[1]).reuse and _serves(path, *tables[1])
 
 
-def test_a_half_written_table_is_resumed(converted) -> None:
+def test_a_half_written_table_is_resumed(converted, caplog) -> None:
     ckpt, path, tables = converted
     source = find_tables(ckpt)[1]
     layout = DiskLayout.with_chunk_bytes(source.num_rows, 64, 16 << 10)
@@ -151,7 +191,14 @@ def test_a_half_written_table_is_resumed(converted) -> None:
     decision = decide(path, source, 16 << 10)
     assert decision.why == f"half written ({2 * layout.chunk_bytes:,} bytes), resuming"
     assert decision.write_bytes == layout.file_bytes - 2 * layout.chunk_bytes
-    ensure_table(path, source, chunk_bytes=16 << 10)
+    with caplog.at_level("INFO", logger="engram.ssd.ensure"):
+        ensure_table(path, source, chunk_bytes=16 << 10)
+    [said] = [r.getMessage() for r in caplog.records if r.name == "engram.ssd.ensure"]
+    left = (layout.file_bytes - 2 * layout.chunk_bytes) / (1 << 20)
+    assert said == (
+        f"resuming the conversion of layer 1's table from {ckpt} into {path} "
+        f"({left:.1f} MiB left to write); later starts reuse it"
+    )
     assert not work.exists() and _serves(path, *tables[1])
 
 

@@ -131,4 +131,6 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
         summary["runs"]["ssd-1/16"]["2"], summary["replays"]["ssd-1/16"]["2"], strict=True
     ):
         assert again["completed"] == first["completed"]
-        assert again["ram_cache_hit_ratio"] > max(0.8, first["ram_cache_hit_ratio"])
+        # NOTE: >=: a first pass's rows that read-ahead brought into the cache before the
+        # lookup came count as hits too (only lookups' probes count), which can reach 1.0
+        assert again["ram_cache_hit_ratio"] >= max(0.8, first["ram_cache_hit_ratio"])

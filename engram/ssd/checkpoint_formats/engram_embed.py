@@ -50,6 +50,9 @@ class SafetensorsRows:
         weight = self._reader.rows(self.weight, start, stop)
         return self.row_format.pack(weight, self._reader.rows(self.scale, start, stop))
 
+    def describe(self) -> str:
+        return f"layer {self.layer}'s table from {self.weight.file.parent}"
+
     def identity(self) -> dict[str, Any]:
         if self._identity is None:
             self._identity = {

@@ -68,6 +68,9 @@ class PleShardRows:
             out[lo - start : hi - start] = self.row_format.pack(rows)
         return out
 
+    def describe(self) -> str:
+        return f"layer {self.layer}'s table from {self._shards[0].file.parent}"
+
     def identity(self) -> dict[str, Any]:
         if self._identity is None:
             first = self._shards[0]

@@ -3,4 +3,4 @@
 addresses of registered host memory, huge pages).
 """
 
-__all__ = ["report", "rocm"]
+__all__ = ["quiet", "report", "rocm"]

@@ -21,10 +21,21 @@ HOT_CACHE_HIT_RATIO = f"{PREFIX}hot_cache_hit_ratio"  # gauge
 SSD_RAM_CACHE_HIT_RATIO = f"{PREFIX}ssd_ram_cache_hit_ratio"  # gauge
 # counter (per layer) -> the cumulative key of an ssd table's stats() it follows, its help
 SSD_COUNTERS = {
-    f"{PREFIX}ssd_ram_cache_hits": ("ram_cache_hits", "Engram rows the ssd RAM cache served"),
-    f"{PREFIX}ssd_ram_cache_misses": ("ram_cache_misses", "Engram rows the ssd RAM cache missed"),
+    # NOTE: hits + misses: the distinct rows of lookups looked for in the RAM cache (those
+    # not taken from read-ahead done reading), each once; the read-ahead's probes count
+    # in neither, so they never pass the rows requested.
+    f"{PREFIX}ssd_ram_cache_hits": (
+        "ram_cache_hits",
+        "Distinct Engram rows of lookups the ssd RAM cache served",
+    ),
+    f"{PREFIX}ssd_ram_cache_misses": (
+        "ram_cache_misses",
+        "Distinct Engram rows of lookups the ssd RAM cache missed (read-ahead not counted)",
+    ),
     f"{PREFIX}ssd_prefetch_hits": ("prefetch_hits", "Engram rows served from SSD read-ahead"),
     f"{PREFIX}ssd_io_errors": ("io_errors", "Failed reads of Engram ssd table files"),
+    f"{PREFIX}ssd_lookup_rows_read": ("lookup_rows_read", "Engram rows lookups read from ssd"),
+    f"{PREFIX}ssd_ahead_rows_read": ("ahead_rows_read", "Engram rows read-ahead read from ssd"),
     f"{PREFIX}ssd_lookup_read_seconds": ("lookup_read_seconds", "Seconds lookups read ssd rows"),
     f"{PREFIX}ssd_ahead_read_seconds": ("ahead_read_seconds", "Seconds read-ahead read ssd rows"),
     f"{PREFIX}ssd_handle_wait_seconds": (
