@@ -1,5 +1,5 @@
-"""Triton kernels of sglang-engram: fused gather + dequant of FP8 Engram rows (HBM and
-UVA host tables, with device-side dedup) and host-memory registration.
+"""Triton kernels of sglang-engram: gather + dequant of FP8 Engram rows (HBM and UVA host
+tables, with a sort-based dedup on the device) and host-memory mapping.
 
 Runs on NVIDIA and AMD GPUs, and on CPU tensors under the Triton interpreter (chosen at
 import: see ``_jit.py``). Imports torch and Triton only -- neither ``engram`` nor SGLang

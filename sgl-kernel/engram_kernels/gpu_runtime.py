@@ -69,8 +69,8 @@ class GpuRuntime:
         return name.decode() if name else f"error {code}"
 
     def register(self, ptr: int, nbytes: int, *, read_only: bool) -> bool:
-        """Page-lock and map ``[ptr, ptr + nbytes)`` for every device. ``False`` when it
-        was already registered or pinned (then it is not ours to unregister)."""
+        """Page-lock and map ``[ptr, ptr + nbytes)`` for every device. ``False`` when the
+        runtime says it was registered already (then it is not ours to unregister)."""
         flags = REGISTER_PORTABLE | REGISTER_MAPPED | (REGISTER_READ_ONLY if read_only else 0)
         code = self._call("HostRegister", ctypes.c_void_p(ptr), nbytes, flags)
         if code == 0:
@@ -83,14 +83,25 @@ class GpuRuntime:
             f"{self.api}HostRegister of {nbytes:,} bytes at {ptr:#x} failed: {name}{hint}"
         )
 
+    def mapped_pointer(self, ptr: int) -> int | None:
+        """The device address of host address ``ptr`` when the runtime maps it already
+        (page-locked by ``cudaHostAlloc``, torch's ``pin_memory()`` or a registration),
+        else None (plain pageable memory)."""
+        address, _ = self._device_pointer(ptr)
+        return address
+
     def device_pointer(self, ptr: int) -> int:
-        out = ctypes.c_void_p()
-        code = self._call("HostGetDevicePointer", ctypes.byref(out), ctypes.c_void_p(ptr), 0)
-        if code != 0:
+        address, code = self._device_pointer(ptr)
+        if address is None:
             raise RuntimeError(
                 f"{self.api}HostGetDevicePointer({ptr:#x}) failed: {self.error_name(code)}"
             )
-        return int(out.value or 0)
+        return address
+
+    def _device_pointer(self, ptr: int) -> tuple[int | None, int]:
+        out = ctypes.c_void_p()
+        code = self._call("HostGetDevicePointer", ctypes.byref(out), ctypes.c_void_p(ptr), 0)
+        return (int(out.value) if code == 0 and out.value else None), code
 
     def unregister(self, ptr: int) -> None:
         code = self._call("HostUnregister", ctypes.c_void_p(ptr))

@@ -1,8 +1,9 @@
 """Host tables the GPU reads over UVA: register, translate pointers, unregister.
 
 ``register_host_table(weight, scale, device=...)`` takes CPU tensors -- pinned by
-torch, or plain memory such as :func:`alloc_host_buffer` or an mmap wrapped with
-``torch.frombuffer`` -- registers the memory behind them for device access and returns
+torch (their device address is looked up, nothing is registered), or plain memory such
+as :func:`alloc_host_buffer` or an mmap wrapped with ``torch.frombuffer`` (registered)
+-- maps the memory behind them for device access and returns
 a :class:`HostTable` whose ``weight`` / ``scale`` are :class:`DeviceView` s for
 ``gather_dequant``. It also checks huge pages (``hugepages.py``) and warns when they
 back too little of the table.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from engram_kernels.gpu_runtime import gpu_runtime
+from engram_kernels.gpu_runtime import GpuRuntime, gpu_runtime
 from engram_kernels.hugepages import (
     MIN_HUGE_FRACTION,
     HugePageCoverage,
@@ -33,7 +34,7 @@ class _Region:
     host: int
     nbytes: int
     device: int
-    registered: bool  # False when torch pinned it (not ours to unregister)
+    registered: bool  # False when it was page-locked already (not ours to unregister)
 
 
 @dataclass
@@ -144,12 +145,33 @@ def _map(host: int, nbytes: int, device: torch.device, read_only: bool) -> _Regi
     if device.type != "cuda":
         raise ValueError(f"host tables map to a CUDA/ROCm device or the CPU, not {device}")
     torch.cuda.init()
-    runtime = gpu_runtime()
     with torch.cuda.device(device):
-        registered = runtime.register(host, nbytes, read_only=read_only)
-        try:
-            return _Region(host, nbytes, runtime.device_pointer(host), registered)
-        except RuntimeError:
-            if registered:
-                runtime.unregister(host)
-            raise
+        return map_region(gpu_runtime(), host, nbytes, read_only)
+
+
+def map_region(runtime: GpuRuntime, host: int, nbytes: int, read_only: bool) -> _Region:
+    """Map ``[host, host + nbytes)`` for the current device: look up the device address
+    of memory already page-locked, register any other.
+
+    NOTE: registering memory that is already page-locked (torch's ``pin_memory()``,
+    ``cudaHostAlloc``) fails (``cudaErrorInvalidValue`` on an H200 with CUDA 13, or
+    ``...HostMemoryAlreadyRegistered``); such memory is already mapped, and its device
+    address is all a gather needs. Both ends of the span must be: a span only partly
+    page-locked can be neither registered nor read.
+    """
+    first = runtime.mapped_pointer(host)
+    last = runtime.mapped_pointer(host + nbytes - 1)
+    if first is not None and last == first + nbytes - 1:
+        return _Region(host, nbytes, first, registered=False)
+    if first is not None or last is not None:
+        raise RuntimeError(
+            f"the host table's memory at {host:#x} ({nbytes:,} bytes) is only partly "
+            "page-locked; pin all of it (one pin_memory() tensor) or none of it"
+        )
+    registered = runtime.register(host, nbytes, read_only=read_only)
+    try:
+        return _Region(host, nbytes, runtime.device_pointer(host), registered)
+    except RuntimeError:
+        if registered:
+            runtime.unregister(host)
+        raise

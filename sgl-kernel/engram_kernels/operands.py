@@ -1,6 +1,6 @@
 """Table operands of the gather kernels: a tensor, or a device view of host memory.
 
-The kernels take the table as raw device addresses plus row strides, so one kernel
+The kernels take the table as raw device addresses plus row strides, so the same kernels
 reads device memory (HBM tables) and host memory mapped for the device (UVA tables)
 alike, and the packed 264-byte-row layout is just a stride (weight and scale are two
 column ranges of the same rows).
@@ -16,7 +16,8 @@ from engram_kernels.dequant import FP8_BLOCK
 
 _WEIGHT_DTYPES = (torch.uint8, torch.float8_e4m3fn)
 _SCALE_DTYPES = (torch.uint8, torch.float8_e8m0fnu)
-# NOTE: the dedup hash table packs ``row id << 32 | position`` into an int64.
+# NOTE: the row count travels as a kernel argument that Triton types by its value, so
+# every table below 2**31 rows shares one compiled variant per kernel (warmed up once).
 MAX_ROWS = 2**31 - 1
 
 
@@ -52,6 +53,7 @@ class TableOperand:
     num_rows: int
     head_dim: int
     device: torch.device
+    host_memory: bool  # a DeviceView: host memory the device reads over the link
 
     @property
     def n_blocks(self) -> int:
@@ -72,7 +74,8 @@ def table_operand(weight: TableArray, scale: TableArray) -> TableOperand:
         raise ValueError(f"table weight is on {w_dev} but its scale is on {s_dev}")
     if rows > MAX_ROWS:
         raise ValueError(f"tables of more than {MAX_ROWS:,} rows are not supported")
-    return TableOperand(w_addr, s_addr, w_stride, s_stride, rows, dim, w_dev)
+    host = isinstance(weight, DeviceView) or isinstance(scale, DeviceView)
+    return TableOperand(w_addr, s_addr, w_stride, s_stride, rows, dim, w_dev, host)
 
 
 def _describe(

@@ -14,7 +14,7 @@ import sys
 
 import engram_kernels
 import triton
-from engram_kernels import dedup, gather
+from engram_kernels import gather, staged
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -27,47 +27,62 @@ TARGETS = {
 }
 _GATHER = dict(
     w_addr="i64", s_addr="i64", w_stride="i64", s_stride="i64", ids_ptr="*i64", n="i32",
-    num_rows="i32", out_ptr="*i16", src_ptr="*i64", keys_ptr="*i64", cap_mask="i64",
-    count_ptr="*i64",
+    num_rows="i32", out_ptr="*i16", count_ptr="*i64",
 )  # fmt: skip
-_GATHER_CONST = dict(D=256, NB=8, NB_P2=8, ROWS=16, W_ALIGN=16, S_ALIGN=8)
-# name -> (kernel, signature, constexprs); pointers and strides are 16-byte aligned
-# (as Triton specialises them at launch).
+_GATHER_CONST = dict(D=256, NB=8, NB_P2=8, ROWS=16, W_ALIGN=16, S_ALIGN=8, COUNT=True)
+_FETCH = dict(
+    w_addr="i64", s_addr="i64", w_stride="i64", s_stride="i64", keys_ptr="*i64", n="i32",
+    num_rows="i32", stage_ptr="*u8", count_ptr="*i64",
+)  # fmt: skip
+_FETCH_CONST = dict(
+    D=256, D_P2=256, NB=8, NB_P2=8, ROWS=staged.FETCH_ROWS, W_ALIGN=8, S_ALIGN=8, COUNT=True
+)
+_PLACE = dict(
+    stage_ptr="*u8", keys_ptr="*i64", order_ptr="*i64", n="i32", num_rows="i32", steps="i32",
+    out_ptr="*i16",
+)  # fmt: skip
+_PLACE_CONST = dict(D=256, NB=8, NB_P2=8, ROWS=staged.PLACE_ROWS)
+# name -> (kernel, signature, constexprs, arguments Triton may take as 16-byte aligned):
+# pointers, and the HBM gather's table address and row stride. The fetch kernel's table
+# addresses and strides are never specialised (see staged.py).
 VARIANTS = {
-    "gather_bf16_dedup": (
-        gather._gather_kernel, _GATHER, {**_GATHER_CONST, "DEDUP": True, "COUNT": True},
-    ),
+    "gather_bf16": (gather._gather_kernel, _GATHER, _GATHER_CONST, {"w_addr", "s_addr", "w_stride"}),
     "gather_bf16_packed_rows": (
-        gather._gather_kernel, _GATHER,
-        {**_GATHER_CONST, "W_ALIGN": 8, "DEDUP": False, "COUNT": True},
+        gather._gather_kernel, _GATHER, {**_GATHER_CONST, "W_ALIGN": 8}, {"w_addr"},
     ),
-    "expand": (
-        dedup._expand_kernel, dict(out_ptr="*i16", src_ptr="*i64", n="i32"),
-        {"ROW": 256, "ROW_P2": 256, "BLOCK": 32},
+    "fetch_host_rows": (staged._fetch_kernel, _FETCH, {**_FETCH_CONST, "SORTED": False}, set()),
+    "fetch_host_rows_sorted": (
+        staged._fetch_kernel, _FETCH, {**_FETCH_CONST, "SORTED": True}, set(),
     ),
+    "place_rows": (staged._place_kernel, _PLACE, {**_PLACE_CONST, "SORTED": False}, set()),
+    "place_rows_sorted": (staged._place_kernel, _PLACE, {**_PLACE_CONST, "SORTED": True}, set()),
 }  # fmt: skip
-_ALIGNED = {"w_addr", "s_addr", "w_stride"}
 
 
 def facts(asm: dict[str, str]) -> dict[str, object]:
     """What the tests check in the generated code."""
     if "ptx" in asm:
         ptx = asm["ptx"]
-        return {"ftz": ptx.count(".ftz"), "vector_loads": bool(re.search(r"ld\.global\.v4", ptx))}
+        return {
+            "ftz": ptx.count(".ftz"),
+            "vector_loads": bool(re.search(r"ld\.global(\.\w+)*\.v[24]", ptx)),
+            "loads_16b": len(re.findall(r"ld\.global(\.\w+)*\.v4\.b32", ptx)),
+        }
     gcn = asm["amdgcn"]
     return {
         "denorm_mode_32": re.findall(r"\.amdhsa_float_denorm_mode_32 (\d)", gcn),
-        "vector_loads": "global_load_dwordx4" in gcn or "buffer_load_dwordx4" in gcn,
+        "vector_loads": bool(re.search(r"(global|buffer)_load_dwordx[24]", gcn)),
+        "loads_16b": len(re.findall(r"(global|buffer)_load_dwordx4", gcn)),
     }
 
 
 def compile_variant(name: str, target: GPUTarget) -> dict[str, object]:
-    fn, signature, constexprs = VARIANTS[name]
+    fn, signature, constexprs, aligned = VARIANTS[name]
     names = list(fn.arg_names)
     attrs = {
         (names.index(arg),): [["tt.divisibility", 16]]
         for arg, ty in signature.items()
-        if ty.startswith("*") or arg in _ALIGNED
+        if ty.startswith("*") or arg in aligned
     }
     full = {**signature, **{key: "constexpr" for key in constexprs}}
     try:

@@ -75,20 +75,37 @@ def test_bad_inputs_are_named(device: torch.device) -> None:
             gather_dequant(weight.cpu(), scale.cpu(), ids)
 
 
-def test_warm_up_launches_both_variants_without_counting(device: torch.device) -> None:
-    """What hbm/dram tables run when built: both gather variants (so a CUDA-graph
-    capture loads no kernel), counted into the scratch counter only."""
-    from engram_kernels import UniqueCounter
-    from engram_kernels.lookup import counted_lookup, warm_up
+@pytest.mark.parametrize("host", [False, True])
+def test_warm_up_launches_every_variant_without_counting(device: torch.device, host: bool) -> None:
+    """What hbm/dram tables run when built: the variants their lookups launch (the sorted
+    one only for a host table), so a CUDA-graph capture loads no kernel, counted into
+    the scratch counter only."""
+    from engram_kernels import UniqueCounter, register_host_table
+    from engram_kernels.lookup import DEDUP_MIN_ROWS, counted_lookup, uses_dedup, warm_up
 
     weight, scale = random_table(random.randint(50, 200), 64)
-    weight, scale = weight.to(device), scale.to(device)
+    handle = None
+    if host:
+        packed = pack_rows(weight, scale)
+        packed = packed.pin_memory() if device.type == "cuda" else packed
+        handle = register_host_table(
+            packed[:, :64], packed[:, 64:], device=device, min_huge_fraction=0
+        )
+        w, s = handle.weight, handle.scale
+    else:
+        w, s = weight.to(device), scale.to(device)
     counter = UniqueCounter(device)
-    warm_up(weight, scale, counter)
+    warm_up(w, s, counter)
     assert drained(counter) == 0  # nothing reported for a lookup nobody asked for
-    assert drained(counter.scratch) == 2 + 1  # 2 rows read plainly, 1 with dedup
+    assert drained(counter.scratch) == (2 + 1 if host else 2)  # 2 ids, 1 distinct
+    assert uses_dedup(w, DEDUP_MIN_ROWS) == host and not uses_dedup(w, DEDUP_MIN_ROWS - 1)
     ids = torch.randint(0, weight.shape[0], (40,), device=device)
-    rows, read = counted_lookup(weight, scale, ids, counter)
-    assert same_bits(rows, reference(weight.cpu(), scale.cpu(), ids.cpu()))
+    rows, read = counted_lookup(w, s, ids, counter)
+    assert same_bits(rows, reference(weight, scale, ids.cpu()))
     # below the dedup threshold every row is read (on a GPU the count arrives late)
     assert read + drained(counter) == ids.numel()
+    rows, read = counted_lookup(w, s, ids, counter, dedup_min_rows=40)
+    assert same_bits(rows, reference(weight, scale, ids.cpu()))
+    assert read + drained(counter) == (torch.unique(ids).numel() if host else ids.numel())
+    if handle is not None:
+        handle.close()

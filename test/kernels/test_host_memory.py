@@ -19,7 +19,7 @@ from engram_kernels import (
     warn_if_small_pages,
 )
 from engram_kernels.gpu_runtime import GpuRuntime, loaded_library, runtime_api
-from engram_kernels.host_memory import _read_only
+from engram_kernels.host_memory import _read_only, map_region
 from engram_kernels.hugepages import HUGE_PAGE
 
 from engram.fp8 import pack_rows
@@ -158,6 +158,49 @@ def test_uva_rows_equal_hbm_rows(pinned_by_torch: bool) -> None:
     assert same_bits(uva, reference(weight, scale, ids.cpu()))
     handle.close()
     assert handle.closed
+
+
+class FakeRuntime:
+    """A GPU runtime's view of host memory: page-locked spans at device addresses."""
+
+    api = "cuda"
+    OFFSET = 1 << 40  # device address - host address
+
+    def __init__(self, locked: dict[int, int]):
+        self.locked = dict(locked)  # host start -> bytes
+        self.calls: list[str] = []
+
+    def mapped_pointer(self, ptr: int) -> int | None:
+        hit = any(lo <= ptr < lo + n for lo, n in self.locked.items())
+        return ptr + self.OFFSET if hit else None
+
+    def register(self, ptr: int, nbytes: int, *, read_only: bool) -> bool:
+        self.calls.append("register")
+        if self.mapped_pointer(ptr) is not None:  # what CUDA 13 said on an H200
+            raise RuntimeError("cudaHostRegister failed: cudaErrorInvalidValue")
+        self.locked[ptr] = nbytes
+        return True
+
+    def device_pointer(self, ptr: int) -> int:
+        device = self.mapped_pointer(ptr)
+        assert device is not None
+        return device
+
+    def unregister(self, ptr: int) -> None:
+        self.calls.append("unregister")
+        del self.locked[ptr]
+
+
+def test_memory_pinned_by_the_caller_is_looked_up_not_registered() -> None:
+    base = 0x7F0000000000
+    runtime = FakeRuntime({base - 4096: 1 << 20})  # a pinned block holding the table
+    region = map_region(runtime, base, 4096 * 10, read_only=False)
+    assert (region.device, region.registered) == (base + FakeRuntime.OFFSET, False)
+    assert runtime.calls == []
+    plain = map_region(runtime, base + (2 << 20), 4096, read_only=False)
+    assert plain.registered and runtime.calls == ["register"]
+    with pytest.raises(RuntimeError, match="only partly page-locked"):
+        map_region(runtime, base + (1 << 20) - 8192, 1 << 20, read_only=False)
 
 
 def test_unreadable_smaps_means_unknown_coverage(tmp_path: Path) -> None:
