@@ -6,7 +6,7 @@
 # tests. Prints one line per target (kinds, requests, 2xx / 4xx / 5xx, deaths, RSS before
 # and after) and, last, one line of JSON. Exits nonzero if any test failed. SELECT, a
 # pytest -k expression, narrows the targets (e.g. "dram": each family's dram server and
-# its PD pair with a dram decode worker, ~25 minutes on a 2-core machine at 1,000).
+# its PD pair with a dram decode worker, ~10 minutes on a 2-core machine at 1,000).
 #
 #   bash benchmark/fuzz_requests.sh [REQUESTS] [SEED] [SELECT]
 set -uo pipefail

@@ -142,11 +142,10 @@ def drawn(
 
 
 def fuzz(target: Target, n: int = REQUESTS, seed_value: int = SEED) -> Counts:
-    """About ``n`` drawn requests to ``target``, the same share of every kind (hypothesis
+    """At least ``n`` drawn requests to ``target``, the same share of every kind (hypothesis
     draws each kind's bodies); returns the counts (the caller asserts)."""
     counts = Counts()
     baseline = target.good_tokens()
-    per_kind = max(1, round(n / len(KINDS)))
 
     def send_one(req: Request) -> None:
         status = send(target.url, req)
@@ -162,8 +161,14 @@ def fuzz(target: Target, n: int = REQUESTS, seed_value: int = SEED) -> Counts:
         if counts.total % CHECK_EVERY == 0:
             target.check_alive(baseline, f"{counts.total} fuzzed requests")
 
-    for i, kind in enumerate(KINDS):
-        drawn(kind, target.model, per_kind, seed_value + i, send_one)()
+    # NOTE: hypothesis stops early on a kind with few distinct bodies, so passes repeat,
+    # each with fresh seeds, until n requests have been sent
+    passes = 0
+    while counts.total < n:
+        per_kind = -(-(n - counts.total) // len(KINDS))
+        for i, kind in enumerate(KINDS):
+            drawn(kind, target.model, per_kind, seed_value + passes * len(KINDS) + i, send_one)()
+        passes += 1
     target.check_alive(baseline, f"all {counts.total} fuzzed requests")
     return counts
 
