@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from sglang_engram.integration.kernel_standin import gpu_present
 
 # NOTE: SGLang's CPU engine sizes the KV pool at ~72 % of free host memory (15 GB
@@ -267,6 +268,14 @@ def metrics_after(url: str, before: dict[str, float], name: str, timeout_s: floa
         if now.get(name, 0) > before.get(name, 0) or time.monotonic() > deadline:
             return now
         time.sleep(0.5)
+
+
+def flush_prefix_cache(url: str) -> None:
+    """Empty the server's prefix (radix) cache, so that the next prompts run whole.
+    NOTE: a random prompt may begin with a token an earlier request began with; that
+    cached prefix is not run, nor its rows looked up, again."""
+    status = requests.post(f"{url}/flush_cache", params={"timeout": 10}, timeout=30)
+    assert status.status_code == 200, status.text
 
 
 def settled_metrics(

@@ -24,6 +24,7 @@ from engram.spec import EngramSpec
 from test.serving.reference import agreement, agreement_all, load_reference, random_prompts
 from test.serving.request_fuzz import fuzz_and_check, target_of, walk_away
 from test.serving.server import (
+    flush_prefix_cache,
     generate_ids,
     metrics,
     post,
@@ -94,6 +95,12 @@ def _served(url: str, prompts: list[list[int]]) -> list[list[int]]:
     return [generate_ids(url, p, NEW_TOKENS) for p in prompts]
 
 
+def _served_whole(url: str, prompts: list[list[int]]) -> list[list[int]]:
+    """``_served`` with the prefix cache emptied first: every prompt token is looked up."""
+    flush_prefix_cache(url)
+    return _served(url, prompts)
+
+
 @placements("hbm", "dram", "ssd")
 def test_every_placement_serves_the_reference_model(server, reference):
     placement = server.placement
@@ -135,7 +142,7 @@ def test_metrics_count_the_rows_each_request_looks_up(server, reference, spec):
     url, placement = server.url, server.placement
     prompts = random_prompts(reference, 3, random.Random())
     before = settled_metrics(url, labelled=True)
-    _served(url, prompts)
+    _served_whole(url, prompts)
     after = _rows_after(url, before, spec, prompts)
     tokens = sum(len(p) + NEW_TOKENS - 1 for p in prompts)
     for layer in spec.layer_ids:
@@ -169,7 +176,7 @@ def test_ssd_ram_cache_and_read_ahead_are_counted(server, reference, spec):
     url = server.url
     prompts = random_prompts(reference, 3, random.Random())
     before = settled_metrics(url, labelled=True)
-    served = _served(url, prompts)
+    served = _served_whole(url, prompts)
     after = _rows_after(url, before, spec, prompts)
 
     def grown(name: str, since: dict = before, to: dict = after) -> float:
@@ -198,7 +205,7 @@ def test_ssd_ram_cache_and_read_ahead_are_counted(server, reference, spec):
     # so far, so only rows of n-grams the first pass never looked up come from the disk
     # (none when greedy decoding repeats itself). NOTE: whether the read-ahead or the
     # lookup finds them in RAM depends on timing, so the disk reads are what is asserted
-    replay = _served(url, prompts[:1])
+    replay = _served_whole(url, prompts[:1])
     again = _rows_after(url, after, spec, prompts[:1])
 
     def rows(seqs: list[list[int]]) -> set[tuple[int, int]]:

@@ -44,7 +44,13 @@ from test.serving.qwen4_served import (
     teacher_forced_gaps,
 )
 from test.serving.request_fuzz import fuzz_and_check, target_of, walk_away
-from test.serving.server import generate_ids, metrics, settled_metrics, sglang_server
+from test.serving.server import (
+    flush_prefix_cache,
+    generate_ids,
+    metrics,
+    settled_metrics,
+    sglang_server,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -185,6 +191,7 @@ def test_ssd_table_is_converted_read_and_counted(servers, checkpoint, ssd_dir):
     url = servers["ssd"].url
     prompts = random_prompts(random.Random(), 3, hi=2 * CHUNK)
     before = settled_metrics(url, labelled=True)
+    flush_prefix_cache(url)
     _serve_all(url, prompts)
     # each request looks up its prompt, then every new token but the last, at every PLE
     # layer: one row per n-gram head
