@@ -111,3 +111,44 @@ def test_seeding_never_evicts_rows_lookups_admitted() -> None:
     seeded = cache.seed(ranked[order], packed[ranked[order]], stamps[order])
     assert seeded == cache.capacity - before.size  # only the empty slots
     assert np.array_equal(held(), before)  # every row the lookups admitted stays
+
+
+def test_the_coldest_seeded_row_of_a_set_is_evicted_first(tmp_path: Path) -> None:
+    cache_rows = 64  # 8 sets of 8 ways
+    ranked = _ranked(ROWS)
+    dram, ssd = _tables(tmp_path, SeedRows(ranked, "lru"), cache_rows)
+    assert ssd.wait_seeded(60)
+    n_sets = cache_rows // RowCache.WAYS
+    home = int(ranked[0]) % n_sets
+    in_set = [int(r) for r in ranked if r % n_sets == home]
+    seeded, newcomer = in_set[:8], in_set[8]
+    assert torch.equal(ssd.lookup(torch.tensor([newcomer])), dram.lookup(torch.tensor([newcomer])))
+    assert ssd.stats()["lookup_rows_read"] == 1  # admitted: one seeded row of its set goes
+    read = ssd.stats()["lookup_rows_read"]
+    ssd.lookup(torch.tensor(seeded[:7]))  # the seven hottest stayed
+    assert ssd.stats()["lookup_rows_read"] == read
+    ssd.lookup(torch.tensor(seeded[7:]))  # the coldest was evicted
+    assert ssd.stats()["lookup_rows_read"] == read + 1
+    ssd.close()
+
+
+def test_lookups_while_seeding_get_the_tables_rows(tmp_path: Path) -> None:
+    ranked = _ranked(ROWS)
+    dram, ssd = _tables(tmp_path, SeedRows(ranked, "busy"), ROWS)
+    rng = np.random.default_rng()
+    lookups = 0
+    while not ssd.wait_seeded(0) or lookups < 5:
+        ids = torch.from_numpy(rng.integers(0, ROWS, rng.integers(1, 3000)))
+        assert torch.equal(ssd.lookup(ids), dram.lookup(ids))
+        lookups += 1
+    assert 0 < ssd.stats()["seeded_rows"] <= ROWS
+    everything = torch.arange(ROWS)
+    assert torch.equal(ssd.lookup(everything), dram.lookup(everything))
+    ssd.close()
+
+
+def test_closing_a_table_while_it_seeds_stops_the_thread(tmp_path: Path) -> None:
+    _, ssd = _tables(tmp_path, SeedRows(_ranked(ROWS), "closing"), ROWS)
+    ssd.close()
+    assert ssd.wait_seeded(0)  # ended (stopped early or done), nothing left running
+    assert ssd.stats()["seeded_rows"] <= ROWS
