@@ -35,7 +35,7 @@ from engram.ssd.manifest import TableManifest
 from engram.ssd.prefetch import PrefetchHandle, ReadAhead
 from engram.ssd.readers import ALL_ROWS, open_reader
 from engram.ssd.row_cache import RowCache
-from engram.ssd.seeding import Seeder
+from engram.ssd.seeding import Seeder, SeedRows
 from engram.ssd.sources import TensorRows
 from engram.tables.base import EngramTable
 from engram.tables.options import TableOptions
@@ -139,10 +139,23 @@ class SsdTable(EngramTable):
         self._cache_hits = 0  # RAM cache hits of the current fetch
         compile_kernels()  # NOTE: now, not on the first request (numba, cached on disk)
         self._seeder: Seeder | None = None
+        if options.seed is not None:
+            self._check_seed(options.seed)
         if options.seed is not None and self._cache is None:
             logger.warning("%s: not seeded: the table has no RAM cache", options.seed.name)
         elif options.seed is not None:
             self._seeder = Seeder(options.seed, self._cache, self._read, self.row_bytes)
+
+    def _check_seed(self, seed: SeedRows) -> None:
+        ids = seed.ids
+        if ids.ndim != 1 or ids.dtype != np.int64:
+            raise EngramTableError(f"{seed.name}: seed rows must be 1-D int64, got {ids.dtype}")
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.num_rows):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise EngramTableError(
+                f"{seed.name}: row {bad:,} is outside this table's {self.num_rows:,} rows "
+                "(a profile of another table?)"
+            )
 
     # ---- lookups ----------------------------------------------------------------------
 

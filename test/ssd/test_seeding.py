@@ -3,11 +3,14 @@ that fit, read from the file in the background, bit-identical to the table's row
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
+from engram.errors import EngramTableError
 from engram.ssd.row_cache import RowCache
 from engram.ssd.seeding import SeedRows, fitting
 from engram.tables import create_table
@@ -152,3 +155,16 @@ def test_closing_a_table_while_it_seeds_stops_the_thread(tmp_path: Path) -> None
     ssd.close()
     assert ssd.wait_seeded(0)  # ended (stopped early or done), nothing left running
     assert ssd.stats()["seeded_rows"] <= ROWS
+
+
+def test_rows_outside_the_table_are_refused_in_one_line(tmp_path: Path) -> None:
+    ranked = _ranked(100)
+    ranked[random.randrange(100)] = ROWS + random.randrange(1, 1000)
+    with pytest.raises(EngramTableError) as exc:
+        _tables(tmp_path, SeedRows(ranked, "layer 7 (profile p.npz)"), 1000)
+    message = str(exc.value)
+    assert "\n" not in message
+    assert message == (
+        f"layer 7 (profile p.npz): row {int(ranked.max()):,} is outside this table's "
+        f"{ROWS:,} rows (a profile of another table?)"
+    )
