@@ -57,8 +57,8 @@ class RowProfile:
         header = read_header(path)
         identity = HashIdentity.from_json(header["identity"])
         with _open(path) as data:
-            rows = {layer: data[f"rows_{layer}"] for layer in identity.layers}
-            counts = {layer: data[f"counts_{layer}"] for layer in identity.layers}
+            rows = {layer: _array(data, path, "rows", layer) for layer in identity.layers}
+            counts = {layer: _array(data, path, "counts", layer) for layer in identity.layers}
         return cls(identity, int(header["top"]), rows, counts, dict(header["corpus"]))
 
 
@@ -88,7 +88,19 @@ def layer_rows(path: str | Path, layer: int) -> np.ndarray:
     identity = HashIdentity.from_json(read_header(path)["identity"])
     identity.table(layer)  # NOTE: raises naming the layers it has
     with _open(path) as data:
-        return np.asarray(data[f"rows_{layer}"], dtype=np.int64)
+        return _array(data, path, "rows", layer)
+
+
+def _array(data: Any, path: str | Path, what: str, layer: int) -> np.ndarray:
+    name = f"{what}_{layer}"
+    if name not in data.files:
+        raise EngramInputError(
+            f"{path} is damaged: its header names layer {layer}, it has no {name}"
+        )
+    array = data[name]
+    if array.dtype != np.int64 or array.ndim != 1:
+        raise EngramInputError(f"{path} is damaged: {name} is {array.dtype} {list(array.shape)}")
+    return array
 
 
 def _open(path: str | Path) -> Any:

@@ -160,6 +160,14 @@ def test_other_versions_formats_and_files_are_refused(corpus, tokenizer, hasher,
         EngramInputError, match="not an Engram row profile .format 'something-else'"
     ):
         read_header(path)
+    _rewrite_header(path, format="engram-row-profile")
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files if k != "counts_3"}
+    np.savez(path, **arrays)
+    with pytest.raises(
+        EngramInputError, match="damaged: its header names layer 3, it has no counts_3"
+    ):
+        RowProfile.load(path)
     text = tmp_path / "t.npz"
     text.write_text("hello")
     with pytest.raises(EngramInputError, match="is not an Engram row profile"):
