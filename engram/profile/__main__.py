@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--top",
         type=number(int, at_least=1),
         default=DEFAULT_TOP,
-        help="rows kept per table, the most looked-up (%(default)s: 264 MiB of "
+        help="rows kept per table, the most looked-up (default %(default)s: 264 MiB of "
         "DeepSeek-V4.1 rows; a RAM cache share holding more takes a larger profile)",
     )
     parser.add_argument(
