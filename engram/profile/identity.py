@@ -94,16 +94,20 @@ class HashIdentity:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HashIdentity:
-        return cls(
-            token_map_digest=str(data["token_map_digest"]),
-            max_ngram_size=int(data["max_ngram_size"]),
-            n_heads=int(data["n_heads"]),
-            pad_compressed=int(data["pad_compressed"]),
-            tables=tuple(
-                TableIdentity(int(t["layer"]), int(t["num_rows"]), str(t["hash_digest"]))
-                for t in data["tables"]
-            ),
-        )
+        """The identity of a profile header; :class:`EngramInputError` if malformed."""
+        try:
+            return cls(
+                token_map_digest=str(data["token_map_digest"]),
+                max_ngram_size=int(data["max_ngram_size"]),
+                n_heads=int(data["n_heads"]),
+                pad_compressed=int(data["pad_compressed"]),
+                tables=tuple(
+                    TableIdentity(int(t["layer"]), int(t["num_rows"]), str(t["hash_digest"]))
+                    for t in data["tables"]
+                ),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EngramInputError(f"the profile's identity is malformed ({exc!r})") from None
 
     def mismatch(self, served: HashIdentity) -> str | None:
         """What differs between this (a profile's) hash and the ``served`` one, in words;

@@ -163,7 +163,7 @@ def check_seed_profile(
         profiled = HashIdentity.from_json(read_header(profile)["identity"])
         tokenizer = tokenizer_path or model_path
         served = HashIdentity.of(model_hasher(hf_config, tokenizer, str(model_path)))
-    except EngramError as exc:
+    except (EngramError, OSError, ValueError) as exc:  # NOTE: OSError: transformers' loading
         raise EngramStartupError(f"{flag}: {exc}") from exc
     why = profiled.mismatch(served)
     if why is not None:
