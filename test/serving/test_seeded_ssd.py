@@ -194,10 +194,10 @@ def test_a_bad_seed_profile_stops_the_launch_in_one_line(tiny, profile, tmp_path
         env=server_env(),
     )
     assert done.returncode != 0
-    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1 and "sglang-engram: error: --engram-seed-profile" in errors[0], (
-        done.stderr[-3000:]
-    )
+    errors = [line for line in done.stderr.splitlines() if "sglang-engram: error:" in line]
+    assert len(errors) == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == errors[0]  # the last word, one line
+    assert errors[0].startswith("sglang-engram: error: --engram-seed-profile ")
     assert expected in errors[0]
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "ssd").exists()
