@@ -4,7 +4,8 @@ Holds rows (``row_bytes`` opaque bytes each) in plain host memory in a ``WAYS``-
 set-associative layout with LRU replacement inside each set
 (:mod:`engram.ssd.kernels.cache`). A lookup makes one pass that copies its hits out
 (:meth:`RowCache.take`) and, once the rest is read from the file, one pass that admits
-them (:meth:`RowCache.put`). Hits and misses are counted per distinct row of a lookup,
+them (:meth:`RowCache.put`). A seed profile fills empty slots ahead of traffic
+(:meth:`RowCache.seed`, :mod:`engram.ssd.seeding`). Hits and misses are counted per distinct row of a lookup,
 once: a read-ahead fill probes the cache too but counts nothing (``count=False``), so
 the hits and misses of a table's lookups add up to the rows they looked up here.
 """
@@ -46,6 +47,10 @@ class RowCache:
         return self.rows.shape[0]
 
     @property
+    def n_sets(self) -> int:
+        return self.tags.shape[0]
+
+    @property
     def nbytes(self) -> int:
         return self.rows.nbytes
 
@@ -82,6 +87,20 @@ class RowCache:
         with self._lock:
             kernels.cache.admit(self.tags, self.stamps, self._clock, self.rows, ids, source, at)
             self._clock += ids.size
+
+    def reserve_stamps(self, n: int) -> int:
+        """The first of ``n`` clock values no other call will stamp (for :meth:`seed`)."""
+        with self._lock:
+            first = self._clock
+            self._clock += n
+        return first
+
+    def seed(self, ids: np.ndarray, rows: np.ndarray, stamps: np.ndarray) -> int:
+        """Cache the rows of distinct ``ids`` (``rows[j]`` for ``ids[j]``, stamped
+        ``stamps[j]``, from :meth:`reserve_stamps`) in empty slots only: a row lookups
+        admitted is never evicted for one. Returns the rows cached."""
+        with self._lock:
+            return kernels.cache.seed(self.tags, self.stamps, self.rows, ids, rows, stamps)
 
     def stats(self) -> dict[str, float]:
         return {

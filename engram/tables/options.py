@@ -18,6 +18,7 @@ from engram.errors import EngramTableError
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
 from engram.ssd.prefetch import DEFAULT_PREFETCH_BYTES
 from engram.ssd.readers import DEFAULT_READER
+from engram.ssd.seeding import SeedRows
 from engram.ssd.sources import RowSource
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ class TableOptions:
     converted checkpoint and its ``layer``), the rows to convert there when its table
     does not hold them (``source``: a row source streaming them, or the weight and
     scale given to the table), the read strategy, the RAM row cache and read-ahead
-    budgets, the open check (``verify``) and the chunk size of a conversion.
+    budgets, the open check (``verify``), the chunk size of a conversion and the rows
+    to seed the RAM cache with (``seed``, ranked by a frequency profile).
     """
 
     placement: str
@@ -59,6 +61,7 @@ class TableOptions:
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES
     verify: str = "quick"
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    seed: SeedRows | None = field(default=None, compare=False, repr=False)
     # NOTE: names given that are no field at all (``engram.tables.create_table``'s
     # keywords), reported with the fields the placement does not take: one error.
     unknown: InitVar[frozenset[str]] = frozenset()

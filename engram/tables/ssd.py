@@ -10,11 +10,14 @@ and the caller only from checked blocks. An I/O error fails that one lookup with
 :class:`EngramIOError`; a block that fails its check fails it with
 :class:`EngramChecksumError` and marks the table damaged (the next start converts it
 again). Both count as ``io_errors``. A data file that changes under
-the table is a permanent fault (every later lookup raises).
+the table is a permanent fault (every later lookup raises). With a ``seed`` (rows ranked
+by a frequency profile), a background thread fills the RAM cache with the hottest rows
+that fit it while the table serves (:mod:`engram.ssd.seeding`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -32,6 +35,7 @@ from engram.ssd.manifest import TableManifest
 from engram.ssd.prefetch import PrefetchHandle, ReadAhead
 from engram.ssd.readers import ALL_ROWS, open_reader
 from engram.ssd.row_cache import RowCache
+from engram.ssd.seeding import Seeder, SeedRows
 from engram.ssd.sources import TensorRows
 from engram.tables.base import EngramTable
 from engram.tables.options import TableOptions
@@ -44,6 +48,8 @@ from engram.tables.options import TableOptions
 # is the depth at which that disk gave the most (11.2 k 4 KiB reads/s; 9.5 k at 64:
 # benchmark/disk_probe.py).
 AHEAD_READ_ROWS = 512
+
+logger = logging.getLogger(__name__)
 
 
 class SsdTable(EngramTable):
@@ -58,6 +64,7 @@ class SsdTable(EngramTable):
             "prefetch_bytes",
             "verify",
             "chunk_bytes",
+            "seed",
         }
     )
     hot_cache = True
@@ -131,6 +138,24 @@ class SsdTable(EngramTable):
         self.handle_wait_seconds = 0.0
         self._cache_hits = 0  # RAM cache hits of the current fetch
         compile_kernels()  # NOTE: now, not on the first request (numba, cached on disk)
+        self._seeder: Seeder | None = None
+        if options.seed is not None:
+            self._check_seed(options.seed)
+        if options.seed is not None and self._cache is None:
+            logger.warning("%s: not seeded: the table has no RAM cache", options.seed.name)
+        elif options.seed is not None:
+            self._seeder = Seeder(options.seed, self._cache, self._read, self.row_bytes)
+
+    def _check_seed(self, seed: SeedRows) -> None:
+        ids = seed.ids
+        if ids.ndim != 1 or ids.dtype != np.int64:
+            raise EngramTableError(f"{seed.name}: seed rows must be 1-D int64, got {ids.dtype}")
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.num_rows):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise EngramTableError(
+                f"{seed.name}: row {bad:,} is outside this table's {self.num_rows:,} rows "
+                "(a profile of another table?)"
+            )
 
     # ---- lookups ----------------------------------------------------------------------
 
@@ -229,8 +254,18 @@ class SsdTable(EngramTable):
         if miss.size == 0:
             return
         started = time.perf_counter()
+        self._read(miss, out, at)
+        self.read_seconds[by] += time.perf_counter() - started
+        self.rows_read[by] += miss.size
+        if self._cache is not None:
+            self._cache.put(miss, out, at)
+
+    def _read(self, ids: np.ndarray, out: np.ndarray, at: np.ndarray = ALL_ROWS) -> None:
+        """The rows of sorted distinct ``ids`` from the file into ``out`` (``at`` as the
+        reader takes it), a failure said as :class:`EngramIOError` (a block that fails
+        its check marks the table damaged)."""
         try:
-            self._reader.read_rows(miss, out, at)
+            self._reader.read_rows(ids, out, at)
         except EngramChecksumError as err:
             self._guard.check()  # a file that changed is a permanent fault, said as such
             if not self._marked_damaged:
@@ -245,13 +280,9 @@ class SsdTable(EngramTable):
         except OSError as err:
             self._guard.check()  # a file that changed is a permanent fault, said as such
             raise EngramIOError(
-                f"I/O error reading {miss.size:,} rows of SSD table {self.directory}: {err}. "
+                f"I/O error reading {ids.size:,} rows of SSD table {self.directory}: {err}. "
                 "Only this lookup failed; the table keeps serving"
             ) from err
-        self.read_seconds[by] += time.perf_counter() - started
-        self.rows_read[by] += miss.size
-        if self._cache is not None:
-            self._cache.put(miss, out, at)
 
     # ---- prefetch ---------------------------------------------------------------------
 
@@ -311,8 +342,9 @@ class SsdTable(EngramTable):
         failed by an I/O error), ``lookup_rows_read`` / ``ahead_rows_read`` (rows read
         from the data file by lookups / by the read-ahead thread: the page cache may
         serve some), ``lookup_read_seconds`` / ``ahead_read_seconds`` (disk read time of
-        lookups / of the read-ahead thread) and ``handle_wait_seconds``
-        (lookups waiting on read-ahead handles).
+        lookups / of the read-ahead thread), ``handle_wait_seconds``
+        (lookups waiting on read-ahead handles), ``seeded_rows`` (rows a seed put into
+        the RAM cache) and ``seed_seconds`` (how long seeding ran, so far).
         """
         out = {
             "ram_cache_hit_ratio": 0.0,
@@ -328,10 +360,16 @@ class SsdTable(EngramTable):
             "lookup_read_seconds": self.read_seconds["lookup"],
             "ahead_read_seconds": self.read_seconds["ahead"],
             "handle_wait_seconds": self.handle_wait_seconds,
+            "seeded_rows": self._seeder.rows if self._seeder else 0,
+            "seed_seconds": self._seeder.seconds if self._seeder else 0.0,
         }
         if self._cache is not None:
             out.update(self._cache.stats())
         return {key: float(value) for key, value in out.items()}
+
+    def wait_seeded(self, timeout: float | None = None) -> bool:
+        """Block until the RAM cache's seeding ended (True at once without a seed)."""
+        return self._seeder is None or self._seeder.wait(timeout)
 
     @property
     def disk_wait_seconds(self) -> float:
@@ -367,6 +405,8 @@ class SsdTable(EngramTable):
         return {"ssd": self.manifest.data_bytes, "dram": held}
 
     def close(self) -> None:
+        if self._seeder is not None:
+            self._seeder.stop()  # NOTE: before the reader closes under it
         self._ahead.close()
         self._bounce.release()
         self._reader.close()

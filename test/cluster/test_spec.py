@@ -189,6 +189,7 @@ def test_engram_options_checked_against_the_placement():
             engram_prefetch=False,
             engram_hot_cache_gb=1.5,
             engram_ssd_read="direct",
+            engram_seed_profile="/nvme/profile.npz",
         )
     ).workers[0]
     assert group.engram_flags == [
@@ -203,7 +204,12 @@ def test_engram_options_checked_against_the_placement():
         "8",
         "--engram-ssd-read",
         "direct",
+        "--engram-seed-profile",
+        "/nvme/profile.npz",
     ]
+    assert "engram_seed_profile seeds ssd tables: it needs engram_offload ssd" in _error(
+        _group(0, engram_offload="dram", engram_seed_profile="/nvme/profile.npz")
+    )
     assert "engram_ssd_read: Input should be 'mmap', 'pread' or 'direct', not 'uring'" in _error(
         _group(0, engram_offload="ssd", engram_ssd_dir="/nvme/t", engram_ssd_read="uring")
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 
+import numpy as np
 import pytest
 import torch
 from prometheus_client import REGISTRY
@@ -13,6 +14,7 @@ from sglang_engram.runtime import get_runtime
 from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
+from engram.ssd.seeding import SeedRows
 from engram.tables import create_table
 from test.plugin.tiny import random_table
 
@@ -135,6 +137,28 @@ def test_ssd_table_stats_are_exported(metrics, layers, tmp_path):
         assert hits > stats["ram_cache_hits"]
         assert _value("sglang:engram_ssd_ram_cache_hits_total", layer=str(layer)) == hits
         handle.release()
+    finally:
+        table.close()
+
+
+def test_ssd_seeding_is_exported(metrics, layers, tmp_path):
+    rows, dim = random.randint(2000, 4000), 64
+    weight, scale = quantize_rows(torch.randn(rows, dim))
+    layer = layers[0]
+    ranked = np.random.default_rng().permutation(rows)[: rows // 2]
+    table = create_table(
+        "ssd", weight, scale, path=tmp_path / "t", ram_cache_bytes=1 << 20,
+        seed=SeedRows(ranked, f"layer {layer}"),
+    )  # fmt: skip
+    try:
+        table_registry.add(layer, table)
+        assert table.wait_seeded(60)
+        metrics.update()
+        stats = table.stats()
+        assert 0 < stats["seeded_rows"] <= ranked.size and stats["seed_seconds"] > 0
+        for name, key in (("ssd_seeded_rows", "seeded_rows"), ("ssd_seed_seconds", "seed_seconds")):
+            got = _value(f"sglang:engram_{name}_total", layer=str(layer))
+            assert got == pytest.approx(stats[key]), name
     finally:
         table.close()
 

@@ -114,6 +114,7 @@ SSD_STATS = {
     "prefetch_hits", "prefetch_bytes_held", "pages_requested", "io_errors",
     "lookup_rows_read", "ahead_rows_read",
     "lookup_read_seconds", "ahead_read_seconds", "handle_wait_seconds",
+    "seeded_rows", "seed_seconds",
 }  # fmt: skip
 
 

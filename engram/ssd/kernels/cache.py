@@ -16,6 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from engram.ssd.kernels.constants import MISS
 from engram.ssd.kernels.types import (
     FLAGS,
     FLAGS_IN,
@@ -187,3 +188,36 @@ def take_held(
                 need[i] = False
                 taken += 1
     return taken
+
+
+@numba.njit([INT(I64_2, I64_2, ROWS, I64_IN, ROWS_IN, I64_IN)], nogil=True, cache=True)
+def seed(
+    tags: np.ndarray,
+    stamps: np.ndarray,
+    rows: np.ndarray,
+    ids: np.ndarray,
+    source: np.ndarray,
+    stamp: np.ndarray,
+) -> int:
+    """Cache the row of each distinct ``ids[j]`` (``source[j]``) in an empty slot of its
+    set, stamped ``stamp[j]``. A row already cached, or one whose set has no empty slot
+    (lookups filled it), is left out: seeding never evicts a row. Returns rows cached."""
+    n_sets, ways = tags.shape
+    cached = 0
+    for j in range(ids.size):
+        row = ids[j]
+        home = row % n_sets
+        empty = -1
+        for way in range(ways):
+            if tags[home, way] == row:
+                empty = -1
+                break
+            if empty < 0 and tags[home, way] == MISS:
+                empty = way
+        if empty < 0:
+            continue
+        _copy_row(rows, home * ways + empty, source, j)
+        tags[home, empty] = row
+        stamps[home, empty] = stamp[j]
+        cached += 1
+    return cached

@@ -32,6 +32,7 @@ ENGRAM_FLAGS = (
     "--engram-hot-cache-gb",
     "--engram-ram-cache-gb",
     "--engram-ssd-read",
+    "--engram-seed-profile",
 )
 # NOTE: mirrors engram.ssd.readers.READERS, the --engram-ssd-read strategies, for the
 # cluster and sweep specs (reading a spec imports no torch); test_spec checks they agree.
@@ -117,6 +118,14 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         "in one AIO submission per lookup; the page cache is out of play, the RAM cache "
         "is the only cache).",
     )
+    group.add_argument(
+        "--engram-seed-profile",
+        default=None,
+        metavar="PATH",
+        help="A row profile (python -m engram.profile MODEL CORPUS --out PATH) whose hottest "
+        "rows fill each ssd table's RAM cache in the background at start-up, read in file "
+        "order (ssd only; refused when it was made for another model or tokenizer).",
+    )
 
 
 def config_from_namespace(args: argparse.Namespace) -> EngramServerConfig:
@@ -129,6 +138,7 @@ def config_from_namespace(args: argparse.Namespace) -> EngramServerConfig:
         hot_cache_gb=float(getattr(args, "engram_hot_cache_gb", 0.0) or 0.0),
         ram_cache_gb=_given_float(getattr(args, "engram_ram_cache_gb", None)),
         ssd_read=getattr(args, "engram_ssd_read", None),
+        seed_profile=getattr(args, "engram_seed_profile", None),
         role=str(getattr(args, "disaggregation_mode", None) or "null"),
         offload_explicit=offload is not None,
     )
@@ -166,6 +176,7 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
             config,
             model_path=getattr(args, "model_path", None),
             tp_size=int(getattr(args, "tp_size", 1) or 1),
+            tokenizer_path=getattr(server_args, "tokenizer_path", None),
         )
     except EngramConfigError as exc:
         # NOTE: a one-line exit, before any process is spawned or weight loaded.

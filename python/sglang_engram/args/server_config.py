@@ -42,6 +42,8 @@ class EngramServerConfig:
     ram_cache_gb: float | None = None
     # None: not given (the ssd placement then reads with engram.ssd.readers.DEFAULT_READER).
     ssd_read: str | None = None
+    # a row profile (engram.profile) seeding the ssd tables' RAM caches; None: no seeding
+    seed_profile: str | None = None
     # SGLang's --disaggregation-mode: "null" (single server), "prefill" or "decode".
     role: str = "null"
     # True when --engram-offload was given on the command line (not the default).
@@ -74,6 +76,8 @@ class EngramServerConfig:
             extra.append(f"dir={self.ssd_dir} ram_cache={self.ram_cache_gb_or_default:g} GiB")
             if self.ssd_read:
                 extra.append(f"read={self.ssd_read}")
+            if self.seed_profile:
+                extra.append(f"seed_profile={self.seed_profile}")
         if self.offload in ("dram", "ssd") and self.hot_cache_gb:
             extra.append(f"hot_cache={self.hot_cache_gb:g} GiB")
         if self.enabled:

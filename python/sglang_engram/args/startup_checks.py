@@ -38,10 +38,18 @@ class EngramStartupError(EngramConfigError):
     """The Engram flags cannot work with this model or machine."""
 
 
-def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size: int = 1) -> None:
-    """Raise :class:`EngramStartupError` for unusable flags; log the warnings."""
+def check_startup(
+    config: EngramServerConfig,
+    *,
+    model_path: str | None,
+    tp_size: int = 1,
+    tokenizer_path: str | None = None,
+) -> None:
+    """Raise :class:`EngramStartupError` for unusable flags; log the warnings.
+    ``tokenizer_path``: the server's (default ``model_path``), for the seed profile."""
     _check_numbers(config)
     _check_read(config)
+    _check_seed_placement(config)
     facts = model_facts(model_path)
     hf_config, family = facts.hf_config, facts.family
     if config.offload == "ssd" and model_path and hf_config is None:
@@ -69,6 +77,8 @@ def check_startup(config: EngramServerConfig, *, model_path: str | None, tp_size
             raise EngramStartupError(str(exc)) from exc
     if config.offload == "ssd":
         check_ssd_dir(config.ssd_dir, family, hf_config, model_path, tp_size)
+        if config.seed_profile is not None:
+            check_seed_profile(config.seed_profile, hf_config, model_path, tokenizer_path)
     elif config.ssd_dir:
         logger.warning("--engram-ssd-dir is ignored with --engram-offload %s", config.offload)
     if config.ssd_read is not None and config.offload != "ssd":
@@ -120,6 +130,46 @@ def _check_read(config: EngramServerConfig) -> None:
     if config.ssd_read is not None and config.ssd_read not in reader_names():
         raise EngramStartupError(
             f"--engram-ssd-read must be one of {', '.join(reader_names())}, got {config.ssd_read!r}"
+        )
+
+
+def _check_seed_placement(config: EngramServerConfig) -> None:
+    if config.seed_profile is None:
+        return
+    flag = f"--engram-seed-profile {config.seed_profile}"
+    if config.offload != "ssd":
+        raise EngramStartupError(
+            f"{flag} seeds the RAM cache of ssd tables, but this server's placement is "
+            f"{config.offload}; pass --engram-offload ssd or leave the profile out"
+        )
+    if config.ram_cache_bytes == 0:
+        raise EngramStartupError(
+            f"{flag}: --engram-ram-cache-gb {config.ram_cache_gb:g} leaves no RAM cache to "
+            "seed; give the cache some memory or leave the profile out"
+        )
+
+
+def check_seed_profile(
+    profile: str, hf_config: HfConfig | None, model_path: str | None, tokenizer_path: str | None
+) -> None:
+    """The profile must count rows through the served model's hash: its tokenizer, and
+    per Engram layer its table's row count and hash constants."""
+    from engram.profile import HashIdentity, model_hasher, read_header
+
+    flag = f"--engram-seed-profile {profile}"
+    if hf_config is None:
+        raise EngramStartupError(f"{flag}: {model_path} has no config.json to check it against")
+    try:
+        profiled = HashIdentity.from_json(read_header(profile)["identity"])
+        tokenizer = tokenizer_path or model_path
+        served = HashIdentity.of(model_hasher(hf_config, tokenizer, str(model_path)))
+    except (EngramError, OSError, ValueError) as exc:  # NOTE: OSError: transformers' loading
+        raise EngramStartupError(f"{flag}: {exc}") from exc
+    why = profiled.mismatch(served)
+    if why is not None:
+        raise EngramStartupError(
+            f"{flag} was not made for {model_path}: {why}; profile a corpus with this model "
+            f"(python -m engram.profile {model_path} CORPUS --out PROFILE)"
         )
 
 

@@ -89,6 +89,7 @@ class WorkerGroup(StrictModel):
     engram_hot_cache_gb: float | None = Field(None, ge=0)
     engram_ram_cache_gb: float | None = Field(None, ge=0)
     engram_ssd_read: SsdRead | None = None
+    engram_seed_profile: str | None = None
     extra_args: tuple[str, ...] = ()
 
     @field_validator("extra_args", mode="before")
@@ -123,6 +124,8 @@ class WorkerGroup(StrictModel):
             raise ValueError(f"gpus_per_worker {gpus:g} {problem}")
         if self.engram_offload == "ssd" and not self.engram_ssd_dir:
             raise ValueError("engram_offload ssd needs engram_ssd_dir")
+        if self.engram_seed_profile and self.engram_offload != "ssd":
+            raise ValueError("engram_seed_profile seeds ssd tables: it needs engram_offload ssd")
         return self
 
     @property
@@ -143,6 +146,8 @@ class WorkerGroup(StrictModel):
             flags += ["--engram-ram-cache-gb", f"{self.engram_ram_cache_gb:g}"]
         if self.engram_ssd_read is not None:
             flags += ["--engram-ssd-read", self.engram_ssd_read]
+        if self.engram_seed_profile is not None:
+            flags += ["--engram-seed-profile", self.engram_seed_profile]
         return flags
 
     def warnings(self, where: str) -> list[str]:

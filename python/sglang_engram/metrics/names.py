@@ -42,6 +42,11 @@ SSD_COUNTERS = {
         "handle_wait_seconds",
         "Seconds lookups waited on ssd read-ahead",
     ),
+    f"{PREFIX}ssd_seeded_rows": (
+        "seeded_rows",
+        "Engram rows --engram-seed-profile put into the ssd RAM cache",
+    ),
+    f"{PREFIX}ssd_seed_seconds": ("seed_seconds", "Seconds seeding the ssd RAM cache ran"),
 }
 
 

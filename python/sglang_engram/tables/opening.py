@@ -8,11 +8,13 @@ size budgets per process (per GPU), shared by every Engram table it serves.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from engram.ssd.directory import table_dir
 from engram.ssd.prefetch import DEFAULT_PREFETCH_BYTES
 from engram.ssd.readers import DEFAULT_READER
+from engram.ssd.seeding import SeedRows
 from engram.tables import EngramTable, TableOptions, open_table
 from sglang_engram.args.model_facts import model_facts
 from sglang_engram.args.server_config import EngramServerConfig
@@ -58,7 +60,8 @@ def layer_table_options(
     model_path: str,
 ) -> TableOptions:
     """The :class:`TableOptions` of :func:`open_layer_table`: this table's share of the
-    HBM hot cache and, for ssd, of the RAM cache and the read-ahead budget."""
+    HBM hot cache and, for ssd, of the RAM cache and the read-ahead budget, and the
+    rows of ``--engram-seed-profile`` to seed its RAM cache with."""
     # NOTE: the family's own count when there is no local config.json (a hub id).
     tables = len(family.table_layers(model_facts(model_path).hf_config))
     num_rows, hot_cache_bytes = rows[1] - rows[0], config.hot_cache_bytes // tables
@@ -76,7 +79,23 @@ def layer_table_options(
         read=config.ssd_read or DEFAULT_READER,
         ram_cache_bytes=config.ram_cache_bytes // tables,
         prefetch_bytes=DEFAULT_PREFETCH_BYTES // tables,
+        seed=seed_rows(config.seed_profile, layer_id, rows, shard),
     )  # fmt: skip
+
+
+def seed_rows(
+    profile: str | None, layer_id: int, rows: tuple[int, int], shard: str
+) -> SeedRows | None:
+    """The profile's ranked rows of layer ``layer_id`` that this table holds (rows
+    ``rows`` of the layer), as its own row ids; ``None`` without a profile. The profile
+    was checked against the served model at start-up (``startup_checks``)."""
+    if profile is None:
+        return None
+    from engram.profile import layer_rows
+
+    ranked = layer_rows(profile, layer_id)
+    mine = ranked[(ranked >= rows[0]) & (ranked < rows[1])] - np.int64(rows[0])
+    return SeedRows(mine, f"Engram layer {layer_id}{shard} (profile {profile})")
 
 
 def serving_model_path() -> str:

@@ -1,0 +1,80 @@
+"""``python -m engram.profile MODEL CORPUS... --out PROFILE``: count which rows of each
+Engram table a corpus looks up, for ``--engram-seed-profile``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engram.cli import Parser, number, output_file, run
+from engram.errors import EngramInputError
+from engram.profile.corpus import TEXT_SUFFIXES, corpus_files
+from engram.profile.make import DEFAULT_TOP, make_profile
+from engram.profile.model import load_tokenizer, model_hasher
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="python -m engram.profile",
+        description=(
+            "Tokenise a text corpus with a model's tokenizer, hash it through the model's "
+            "Engram hash and write each table's most looked-up rows with their counts. A "
+            "server started with --engram-offload ssd --engram-seed-profile PROFILE fills "
+            "its RAM row cache with them at start-up. Engram models only (DeepSeek-V4.1, "
+            "the tiny model)."
+        ),
+    )
+    parser.add_argument("model", type=Path, help="model directory (config.json, tokenizer.json)")
+    parser.add_argument(
+        "corpus",
+        nargs="+",
+        type=Path,
+        help="text files, or directories searched for "
+        f"{', '.join(sorted('*' + s for s in TEXT_SUFFIXES))} files",
+    )
+    parser.add_argument("--out", type=output_file, required=True, help="profile file to write")
+    parser.add_argument(
+        "--top",
+        type=number(int, at_least=1),
+        default=DEFAULT_TOP,
+        help="rows kept per table, the most looked-up (default %(default)s: 264 MiB of "
+        "DeepSeek-V4.1 rows; a RAM cache share holding more takes a larger profile)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        help="the server's --tokenizer-path when it is not the model directory",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    def body() -> None:
+        from engram.model.directory import read_config
+
+        if not args.model.is_dir():
+            raise EngramInputError(f"model directory {args.model} does not exist; check the path")
+        config = read_config(args.model)
+        files = corpus_files(args.corpus)
+        tokenizer = load_tokenizer(args.model, args.tokenizer)
+        hasher = model_hasher(config, tokenizer, str(args.model))
+        profile = make_profile(hasher, tokenizer, files, top=args.top, show_progress=not args.quiet)
+        profile.save(args.out)
+        tables = ", ".join(
+            f"layer {layer} {profile.rows[layer].size:,} rows" for layer in profile.rows
+        )
+        print(
+            f"profiled {len(files):,} files, {profile.corpus['tokens']:,} tokens: "
+            f"{tables} -> {args.out}",
+            file=sys.stderr,
+        )
+
+    return run(body, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
