@@ -50,7 +50,7 @@ CONFIGS = {
     "hbm": ("hbm", None),
     "off": ("off", None),
 }
-# NOTE: as test/serving/test_qwen4_cpu.py serves the tiny qwen4_exp: SGLang sizes the
+# NOTE: as test/serving/qwen4_served.py serves the tiny qwen4_exp: SGLang sizes the
 # mamba state pool from free host memory unless told.
 QWEN4_CPU_ARGS = ("--attention-backend", "torch_native", "--max-mamba-cache-size", "64")
 PLE_LAYER = 3  # one table at one layer, as the released model has
