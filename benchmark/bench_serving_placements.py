@@ -18,10 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from engram_testing.server import build_tiny_model, sglang_server
 
-from test.serving.server import build_tiny_model, sglang_server  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TARGET_DRAM_OVER_HBM = 0.97
 

@@ -40,13 +40,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import psutil
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmark"))
-
-from disk_probe import random_reads_per_s  # noqa: E402
-from tiers_report import (  # noqa: E402
+from disk_probe import random_reads_per_s
+from engram_testing.client import generate_ids, settled_metrics
+from engram_testing.server import sglang_server
+from engram_testing.tiers.report import (
     describe_ratios,
     drop_page_cache,
     exposed_ratio,
@@ -60,9 +57,9 @@ from tiers_report import (  # noqa: E402
     server_cpu_seconds,
     table_files,
 )
-from tiers_workload import cache_curve, heldout_ids, served_prompts, write_datasets  # noqa: E402
+from engram_testing.tiers.workload import cache_curve, heldout_ids, served_prompts, write_datasets
 
-from test.serving.server import generate_ids, settled_metrics, sglang_server  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CONFIGS = {"dram": None, "ssd-1/16": 1 / 16, "ssd-1/4": 1 / 4, "off": None}
 CURVE_FRACTIONS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]

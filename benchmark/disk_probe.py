@@ -24,10 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from engram.ssd.aio import AioContext  # noqa: E402
+from engram.ssd.aio import AioContext
 
 DEPTHS = [1, 8, 64, 512]
 

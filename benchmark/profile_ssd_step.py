@@ -20,14 +20,12 @@ import time
 from pathlib import Path
 
 import torch
+from engram_testing.tiers.workload import heldout_ids, model_hasher
+
+from engram.ssd.directory import table_dir
+from engram.tables import create_table
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmark"))
-
-from tiers_workload import heldout_ids, model_hasher  # noqa: E402
-
-from engram.ssd.directory import table_dir  # noqa: E402
-from engram.tables import create_table  # noqa: E402
 
 
 def main() -> int:

@@ -34,17 +34,14 @@ import time
 from pathlib import Path
 
 import psutil
+from engram_testing.soak.resources import Sampler
+from engram_testing.tree_memory import TreeMemory, short_key
+
+from engram.cli import Parser, RawDescriptionFormatter, directory, number, run
+from engram.errors import EngramInputError, EngramRunError
+from engram.files import GIB, nearest_existing
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmark"))
-
-from soak_resources import Sampler  # noqa: E402
-from tree_memory import TreeMemory, short_key  # noqa: E402
-
-from engram.cli import Parser, RawDescriptionFormatter, directory, number, run  # noqa: E402
-from engram.errors import EngramInputError, EngramRunError  # noqa: E402
-from engram.files import GIB, nearest_existing  # noqa: E402
 
 # config -> (--engram-offload, --engram-ssd-read or None for the server's default, mmap)
 CONFIGS = {
@@ -53,7 +50,7 @@ CONFIGS = {
     "hbm": ("hbm", None),
     "off": ("off", None),
 }
-# NOTE: as test/serving/test_qwen4_cpu.py serves the tiny qwen4_exp: SGLang sizes the
+# NOTE: as test/serving/qwen4_served.py serves the tiny qwen4_exp: SGLang sizes the
 # mamba state pool from free host memory unless told.
 QWEN4_CPU_ARGS = ("--attention-backend", "torch_native", "--max-mamba-cache-size", "64")
 PLE_LAYER = 3  # one table at one layer, as the released model has
@@ -73,7 +70,7 @@ def vocab_base(table_gib: float) -> int:
 
 def write_checkpoint(out: Path, table_gib: float, seed: int) -> tuple[Path, float]:
     """The checkpoint (reused when ``out`` holds one of these options); seconds taken."""
-    from sglang_engram.models.qwen4_exp.tiny_checkpoint import write_tiny_checkpoint
+    from engram_testing.qwen4_tiny_checkpoint import write_tiny_checkpoint
 
     record = out / "rss_bench_options.json"
     wanted = {"table_gib": table_gib, "seed": seed}
@@ -109,7 +106,7 @@ def convert(checkpoint: Path, ssd_dir: Path) -> float:
 def set_page_cache(files: list[Path], mode: str) -> float:
     """The files read through (``warm``: as just downloaded or converted), evicted
     (``cold``) or left (``as-is``) before a start; the share of them then cached."""
-    from tiers_report import drop_page_cache, resident_fraction
+    from engram_testing.tiers.report import drop_page_cache, resident_fraction
 
     if mode == "cold":
         drop_page_cache(files)
@@ -134,7 +131,8 @@ def serve_and_sample(
     placement: str, checkpoint: Path, flags: list[str], args: argparse.Namespace
 ) -> dict:
     """One server's start and requests under the sampler; its peaks and timings."""
-    from test.serving.server import free_port, generate_ids, sglang_server
+    from engram_testing.client import generate_ids
+    from engram_testing.server import free_port, sglang_server
 
     port = free_port()
     memory = TreeMemory(port)
@@ -238,7 +236,8 @@ def measure(args: argparse.Namespace) -> int:
     print(f"checkpoint {checkpoint} ({table_gib:.3f} GiB table, written in {written_s:.0f} s), "
           f"converted in {convert_s if convert_s is None else round(convert_s, 1)} s", flush=True)  # fmt: skip
     results = {}
-    from tiers_report import table_files  # NOTE: numpy and matplotlib: after the flags
+    # NOTE: numpy and matplotlib: after the flags
+    from engram_testing.tiers.report import table_files
 
     files = [checkpoint / "model.safetensors", *table_files(ssd_dir)]
     for name in args.placements:

@@ -10,7 +10,7 @@ each to a component that is up, none more than three ahead of the others). The
 cluster's supervisor must bring back whatever was hit. Every ``--sample-every`` seconds
 it samples RSS, open fds, ``/dev/shm`` and the Ray actors (``soak_resources``). At the
 end every completed answer is checked against the reference model teacher-forced
-(``test/serving/reference.py``; the regime the spec's prefill and decode Engram
+(``engram_testing.reference``; the regime the spec's prefill and decode Engram
 placements serve), and it prints requests by outcome and cause, the longest wait
 against ``--bound``, time to restore per fault kind, resource growth after warm-up,
 writes ``soak.png``, ``soak.json`` and ``requests.csv`` under ``--out``, and ends with one line of JSON.
@@ -34,16 +34,21 @@ import sys
 import time
 from pathlib import Path
 
+from engram_testing.soak.faults import (
+    DEFAULT_KINDS,
+    ClusterView,
+    check_kinds,
+    release,
+    strike,
+    update_back,
+)
+from engram_testing.soak.load import LoadDriver, Workload, text_pieces
+
+from engram.cli import Parser, RawDescriptionFormatter, directory, existing_file, number, run
+from engram.errors import EngramInputError, EngramRunError
+from engram.tables import placement_names
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmark"))
-
-from soak_faults import DEFAULT_KINDS, ClusterView, check_kinds, release, strike, update_back  # noqa: E402
-from soak_load import LoadDriver, Workload, text_pieces  # noqa: E402
-
-from engram.cli import Parser, RawDescriptionFormatter, directory, existing_file, number, run  # noqa: E402
-from engram.errors import EngramInputError, EngramRunError  # noqa: E402
-from engram.tables import placement_names  # noqa: E402
 
 # NOTE: the soak strikes each component every minute or so, far more often than any
 # production policy counts restarts in a row: it lets the supervisor restart without end,
@@ -263,8 +268,8 @@ def _stop(up: subprocess.Popen) -> None:
 
 
 def soak(args: argparse.Namespace) -> int:
-    from soak_report import regime_of, render, summarize
-    from soak_resources import Sampler, growth, plot, sample
+    from engram_testing.soak.report import regime_of, render, summarize
+    from engram_testing.soak.resources import Sampler, growth, plot, sample
 
     kinds = args.faults
     if args.warmup >= args.duration:
@@ -412,9 +417,8 @@ def _offloads(spec) -> tuple[str, str]:  # noqa: ANN001
 def _check_answers(spec, outcomes) -> list:  # noqa: ANN001
     """The completed answers the reference model (teacher-forced, the deployment's
     regime) does not agree with, token by token within the serving tests' tie."""
-    from soak_report import regime_of
-
-    from test.serving.reference import agreement, load_reference
+    from engram_testing.reference import agreement, load_reference
+    from engram_testing.soak.report import regime_of
 
     reference = load_reference(Path(spec.model))
     regime = regime_of(*_offloads(spec))

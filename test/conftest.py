@@ -29,7 +29,7 @@ def _has_gpu() -> bool:
 def trained_tiny_model(tmp_path_factory: pytest.TempPathFactory):
     """The bundled trained tiny Engram model, built once per test session and shared by
     every directory's servers, tools and references (all of them only read it)."""
-    from test.serving.server import build_tiny_model
+    from engram_testing.server import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("shared-model") / "tiny-engram")
 

@@ -1,5 +1,5 @@
 """Faults under load for the Ray cluster tests, with the soak's own pieces
-(``benchmark/soak_load.py``, ``soak_faults.py``): streaming requests at a fixed
+(``engram_testing.soak``: ``load``, ``faults``): streaming requests at a fixed
 concurrency while a component is SIGKILLed or SIGSTOPped, until the supervisor has
 brought it back and a request sent after that has completed; then what every request
 saw, checked against the bound and the reference model."""
@@ -7,32 +7,12 @@ saw, checked against the bound and the reference model."""
 from __future__ import annotations
 
 import random
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmark"))
-
-from soak_faults import ClusterView, Fault, release, strike, update_back  # noqa: E402
-from soak_load import LoadDriver, Outcome, Workload, send  # noqa: E402
-
-from test.serving.reference import agreement  # noqa: E402
-
-# NOTE: with the soak's pieces the tests use (imported here, where benchmark/ is on the path).
-__all__ = [
-    "BOUND_S",
-    "DETECT_S",
-    "ClusterView",
-    "FaultRun",
-    "check",
-    "release",
-    "send",
-    "strike_now",
-    "under_load",
-    "workload",
-]
+from engram_testing.reference import agreement
+from engram_testing.soak.faults import ClusterView, Fault, strike, update_back
+from engram_testing.soak.load import LoadDriver, Outcome, Workload
 
 BOUND_S = 30.0  # README "When a worker dies": the longest any request waits
 CONCURRENCY = 3

@@ -15,10 +15,11 @@ import random
 import signal
 
 import pytest
+from engram_testing.client import generate_ids
+from engram_testing.reference import agreement_all, load_reference, random_prompts
+from engram_testing.server import build_tiny_model
 
 from test.cluster.util import free_block, start_up
-from test.serving.reference import agreement_all, load_reference, random_prompts
-from test.serving.server import build_tiny_model, generate_ids
 
 pytestmark = pytest.mark.gpu
 

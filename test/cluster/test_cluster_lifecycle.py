@@ -12,10 +12,10 @@ import sys
 
 import psutil
 import pytest
+from engram_testing.server import build_tiny_model
 from sglang_engram.integration.kernel_standin import gpu_present
 
 from test.cluster.util import alive, cluster_env, spec_from_example, start_up, wait_for
-from test.serving.server import build_tiny_model
 
 # NOTE: the CPU engine's cluster, for machines without a GPU (where setup.sh installs
 # the pd-cpu extra); on a GPU machine test_cluster_gpu.py runs the launcher instead.

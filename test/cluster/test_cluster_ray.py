@@ -30,21 +30,15 @@ import psutil
 import pytest
 import requests
 import yaml
+from engram_testing.client import generate_ids
+from engram_testing.reference import agreement, agreement_all, load_reference, random_prompts
+from engram_testing.server import build_tiny_model
+from engram_testing.soak.faults import ClusterView, release
+from engram_testing.soak.load import send
 from sglang_engram.integration.kernel_standin import gpu_present
 
-from test.cluster.faults import (
-    BOUND_S,
-    DETECT_S,
-    ClusterView,
-    check,
-    release,
-    send,
-    strike_now,
-    under_load,
-)
+from test.cluster.faults import BOUND_S, DETECT_S, check, strike_now, under_load
 from test.cluster.util import EXAMPLES, alive, spec_from_example, wait_for
-from test.serving.reference import agreement, agreement_all, load_reference, random_prompts
-from test.serving.server import build_tiny_model, generate_ids
 
 # NOTE: the CPU engine's cluster, for machines without a GPU (where setup.sh installs
 # the pd-cpu extra); on a GPU machine test_cluster_gpu.py runs the launcher instead.

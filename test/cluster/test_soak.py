@@ -11,14 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from engram_testing.soak.faults import DEFAULT_KINDS, Fault, check_kinds
+from engram_testing.soak.load import Outcome
+from engram_testing.soak.report import regime_of, render, summarize
+from engram_testing.soak.resources import growth, shm_usage
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmark"))
-
-from soak_faults import DEFAULT_KINDS, Fault, check_kinds  # noqa: E402
-from soak_load import Outcome  # noqa: E402
-from soak_report import regime_of, render, summarize  # noqa: E402
-from soak_resources import growth, shm_usage  # noqa: E402
 
 SOAK = REPO / "benchmark" / "soak_pd.py"
 
@@ -197,7 +195,7 @@ def test_a_soak_that_struck_a_kind_too_few_times_fails():
 
 
 def test_the_plot_draws_every_panel_with_gaps_and_faults(tmp_path):
-    from soak_resources import plot
+    from engram_testing.soak.resources import plot
 
     rng = random.Random()
     rows = [

@@ -21,11 +21,10 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from engram_testing.server import sglang_server
 from sglang_engram.compare import facts
 from sglang_engram.compare.results import read_results
 from sglang_engram.integration.kernel_standin import gpu_present
-
-from test.serving.server import sglang_server
 
 pytestmark = pytest.mark.slow
 

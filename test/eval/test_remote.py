@@ -6,7 +6,7 @@ workers run ``off``, the local ``prefill_only``, is tested with the PD tests).
 ``--url`` scores greedy exact match, and a server's bf16 kernels may break an exact
 logit tie the other way than the reference model does. So each server's own greedy
 tokens are first checked against the reference, teacher-forced (every one the
-reference's best within ``test.serving.reference.TIE``); then ``--url``'s score must be
+reference's best within ``engram_testing.reference.TIE``); then ``--url``'s score must be
 the share of samples the server's tokens match, and the local score may differ from it
 only by samples on which the server's path and the reference's greedy path part (at a
 tie, by the first check).
@@ -20,12 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engram_testing.client import generate_ids
+from engram_testing.reference import agreement, load_reference
+from engram_testing.server import sglang_server
 
 from engram.eval import REGIMES, Sample, ablate
 from engram.eval.__main__ import main
 from engram.eval.remote import remote_exact_match
-from test.serving.reference import agreement, load_reference
-from test.serving.server import generate_ids, sglang_server
 
 K = 6
 SERVED_AS = {"dram": "both", "off": "none"}

@@ -5,23 +5,34 @@ a benchmark, not a test."""
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import subprocess
 import sys
 import time
+from types import ModuleType
 
 import psutil
-from sglang_engram.models.qwen4_exp.tiny_checkpoint import TinyQwen4Options
+from engram_testing.qwen4_tiny_checkpoint import TinyQwen4Options
+from engram_testing.tree_memory import TreeMemory
 
 from engram.files import GIB
 from test.ssd.helpers import REPO
 
-sys.path.insert(0, str(REPO / "benchmark"))
-
-import qwen4_ssd_rss as bench  # noqa: E402
-from tree_memory import TreeMemory  # noqa: E402
-
 SCRIPT = [sys.executable, str(REPO / "benchmark" / "qwen4_ssd_rss.py")]
+
+
+def _script_module() -> ModuleType:
+    """The benchmark script as a module, loaded from its file (``benchmark/`` is no
+    package, and nothing is put on ``sys.path`` for it)."""
+    spec = importlib.util.spec_from_file_location("qwen4_ssd_rss", SCRIPT[1])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _script_module()
 
 
 def test_the_table_is_the_size_asked_for():

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from engram_testing.qwen4_tiny_checkpoint import TinyQwen4Options, write_tiny_checkpoint
 from safetensors import safe_open
-from sglang_engram.models.qwen4_exp.tiny_checkpoint import TinyQwen4Options, write_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "sglang_engram.models.qwen4_exp.tiny_checkpoint"]
+CLI = [sys.executable, "-m", "engram_testing.qwen4_tiny_checkpoint"]
 # what upstream's model derives rather than loads: Gemma norms' (1 + weight), RoPE tables
 DERIVED = ("k_norm.gemma_weight", "q_norm.gemma_weight", "rotary_emb.cos_sin_cache")
 
@@ -125,7 +125,7 @@ def test_cli_writes_a_checkpoint_and_refuses_bad_input_in_one_line(tmp_path):
 
 
 def test_streamed_tables_hold_the_same_tensors_and_repeat_by_seed(tmp_path, monkeypatch):
-    from sglang_engram.models.qwen4_exp import tiny_weights
+    from engram_testing import qwen4_tiny_weights as tiny_weights
 
     # NOTE: shards of several generator chunks each, without writing a table of GiB
     monkeypatch.setattr(tiny_weights, "CHUNK_ROWS", random.randint(50, 300))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from test.serving.server import post
+from engram_testing.client import post
 
 NEW_TOKENS = 16
 EOS = 1

@@ -23,11 +23,11 @@ from typing import Any
 
 import psutil
 import requests
+from engram_testing.client import generate_ids
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from sglang_engram.cluster.prompt_limits import longest_prompt
 
 from test.serving.request_kinds import KINDS, REFUSED, SERVED, Kind, Model, Request
-from test.serving.server import generate_ids
 
 CHECK_EVERY = 50
 # NOTE: the CI share; ENGRAM_FUZZ_REQUESTS (benchmark/fuzz_requests.sh) asks for more

@@ -20,11 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from sglang_engram.cluster.prompt_limits import longest_prompt, mismatch
-
-from engram.eval.__main__ import main as eval_main
-from engram.model import TinyEngramModel
-from test.serving.reference import (
+from engram_testing.client import generate_ids, metrics, post, settled_metrics
+from engram_testing.reference import (
     TIE,
     Agreement,
     agreement,
@@ -32,18 +29,13 @@ from test.serving.reference import (
     load_reference,
     random_prompts,
 )
+from engram_testing.server import TRANSFER, free_port, sglang_router, sglang_server
+from sglang_engram.cluster.prompt_limits import longest_prompt, mismatch
+
+from engram.eval.__main__ import main as eval_main
+from engram.model import TinyEngramModel
+from test.serving.markers import needs_mooncake
 from test.serving.request_fuzz import fuzz_and_check, target_of
-from test.serving.server import (
-    TRANSFER,
-    free_port,
-    generate_ids,
-    metrics,
-    needs_mooncake,
-    post,
-    settled_metrics,
-    sglang_router,
-    sglang_server,
-)
 
 pytestmark = [pytest.mark.slow, needs_mooncake]
 

@@ -19,18 +19,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from engram_testing.client import flush_prefix_cache, generate_ids, metrics, post, settled_metrics
+from engram_testing.reference import agreement, agreement_all, load_reference, random_prompts
+from engram_testing.server import sglang_server
 
 from engram.spec import EngramSpec
-from test.serving.reference import agreement, agreement_all, load_reference, random_prompts
 from test.serving.request_fuzz import fuzz_and_check, target_of, walk_away
-from test.serving.server import (
-    flush_prefix_cache,
-    generate_ids,
-    metrics,
-    post,
-    settled_metrics,
-    sglang_server,
-)
 
 pytestmark = pytest.mark.slow
 

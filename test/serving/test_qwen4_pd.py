@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sglang_engram.models.qwen4_exp.tiny_checkpoint import write_tiny_checkpoint
+from engram_testing.client import generate_ids
+from engram_testing.qwen4_tiny_checkpoint import write_tiny_checkpoint
+from engram_testing.server import TRANSFER, free_port, sglang_router, sglang_server
 
+from test.serving.markers import needs_mooncake
 from test.serving.qwen4_served import (
     ARGS,
     NEW_TOKENS,
@@ -30,14 +33,6 @@ from test.serving.qwen4_served import (
     teacher_forced_gaps,
 )
 from test.serving.request_fuzz import fuzz_and_check, target_of
-from test.serving.server import (
-    TRANSFER,
-    free_port,
-    generate_ids,
-    needs_mooncake,
-    sglang_router,
-    sglang_server,
-)
 
 pytestmark = [pytest.mark.slow, needs_mooncake]
 

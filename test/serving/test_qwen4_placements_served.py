@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from engram_testing.client import flush_prefix_cache, generate_ids, metrics, settled_metrics
+from engram_testing.qwen4_tiny_checkpoint import WEIGHTS_FILE, write_tiny_checkpoint
+from engram_testing.server import sglang_server
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from sglang_engram.models.qwen4_exp.tiny_checkpoint import WEIGHTS_FILE, write_tiny_checkpoint
 from sglang_engram.models.registry import table_tensor_layer
 
 from engram.ssd.checkpoint_formats.ple_config import PleConfig
@@ -44,13 +46,6 @@ from test.serving.qwen4_served import (
     teacher_forced_gaps,
 )
 from test.serving.request_fuzz import fuzz_and_check, target_of, walk_away
-from test.serving.server import (
-    flush_prefix_cache,
-    generate_ids,
-    metrics,
-    settled_metrics,
-    sglang_server,
-)
 
 pytestmark = pytest.mark.slow
 

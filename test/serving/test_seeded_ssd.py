@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from engram_testing.client import generate_ids, settled_metrics
+from engram_testing.reference import agreement_all, load_reference
+from engram_testing.server import free_port, launch_command, server_env, sglang_server
 
 from engram.files import GIB
 from engram.model.corpus import split_documents, stdlib_documents
@@ -31,15 +34,6 @@ from engram.profile import RowProfile
 from engram.spec import EngramSpec
 from engram.ssd.row_cache import RowCache
 from engram.ssd.seeding import fitting
-from test.serving.reference import agreement_all, load_reference
-from test.serving.server import (
-    free_port,
-    generate_ids,
-    launch_command,
-    server_env,
-    settled_metrics,
-    sglang_server,
-)
 from test.ssd.helpers import REPO
 
 pytestmark = pytest.mark.slow

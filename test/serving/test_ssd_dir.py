@@ -21,18 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from engram_testing.client import generate_ids, metrics_after, post, settled_metrics
+from engram_testing.reference import agreement, load_reference, random_prompts
+from engram_testing.server import sglang_server
 
 from engram.ssd.checkpoint import find_tables
 from engram.ssd.ensure import decide
 from engram.ssd.manifest import TableManifest
-from test.serving.reference import agreement, load_reference, random_prompts
-from test.serving.server import (
-    generate_ids,
-    metrics_after,
-    post,
-    settled_metrics,
-    sglang_server,
-)
 from test.ssd.helpers import REPO
 
 IO_ERRORS = "sglang:engram_ssd_io_errors_total"

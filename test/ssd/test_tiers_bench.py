@@ -14,13 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engram_testing.tiers.report import drop_page_cache, resident_fraction
+from engram_testing.tiers.workload import cache_curve, served_prompts, write_datasets
 
 from test.ssd.helpers import REPO
-
-sys.path.insert(0, str(REPO / "benchmark"))
-
-from tiers_report import drop_page_cache, resident_fraction  # noqa: E402
-from tiers_workload import cache_curve, served_prompts, write_datasets  # noqa: E402
 
 
 @pytest.fixture(scope="module")

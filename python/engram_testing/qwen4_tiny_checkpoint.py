@@ -19,7 +19,7 @@ drawn large enough that switching PLE off changes the logits. NOTE: the checkpoi
 computed by upstream's SplitMix64, so code that recomputes them instead of reading the
 checkpoint hashes to other rows.
 
-    python -m sglang_engram.models.qwen4_exp.tiny_checkpoint --out DIR [--ple-dtype fp8|bf16]
+    python -m engram_testing.qwen4_tiny_checkpoint --out DIR [--ple-dtype fp8|bf16]
 """
 
 from __future__ import annotations
@@ -191,7 +191,8 @@ def write_tiny_checkpoint(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").unlink(missing_ok=True)
-    from sglang_engram.models.qwen4_exp import tiny_weights
+    # NOTE: imported here, not at the top: it imports this module for the sizes
+    from engram_testing import qwen4_tiny_weights as tiny_weights
 
     if stream_tables:
         tensors = tiny_weights.streamed_tensors(options)
@@ -210,7 +211,7 @@ def write_tiny_checkpoint(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = Parser(
-        prog="python -m sglang_engram.models.qwen4_exp.tiny_checkpoint",
+        prog="python -m engram_testing.qwen4_tiny_checkpoint",
         description="Write a tiny random Qwen3.8-Flash-Next (qwen4_exp) checkpoint with upstream's tensor names.",
     )
     parser.add_argument(

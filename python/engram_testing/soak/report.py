@@ -8,8 +8,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from soak_faults import Fault, targets
-from soak_load import Outcome
+from engram_testing.soak.faults import Fault, targets
+from engram_testing.soak.load import Outcome
 
 REFUSED_AT_ONCE_S = 1.0
 # Failures of a request the cluster had accepted (its 200 stream began): a fault hit it in

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from engram.model.safetensors_stream import StreamedTensor
-from sglang_engram.models.qwen4_exp import tiny_checkpoint as tc
+from engram_testing import qwen4_tiny_checkpoint as tc
 
 # NOTE: Gemma-style norms scale by (1 + weight), so their weights sit near 0; projections
 # keep unit-scale activations; the convolutions are far from zero, so that PLE (its value

@@ -168,7 +168,7 @@ class Workload:
 
 def text_pieces(model_dir: Path, tokens: int, pool: int) -> tuple[tuple[int, ...], ...]:
     """``pool`` pieces of held-out stdlib source, ``tokens`` long each."""
-    from tiers_workload import heldout_ids
+    from engram_testing.tiers.workload import heldout_ids
 
     return tuple(tuple(p) for p in heldout_ids(model_dir, tokens)[:pool])
 

@@ -5,8 +5,6 @@ engine (``SGLANG_USE_CPU_ENGINE=1 --device cpu``, the plugin's ``sgl_kernel`` st
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import json
 import os
 import re
 import signal
@@ -14,13 +12,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-import requests
 from sglang_engram.integration.kernel_standin import gpu_present
 
 # NOTE: SGLang's CPU engine sizes the KV pool at ~72 % of free host memory (15 GB
@@ -32,10 +27,6 @@ CPU_KV_TOKENS = 32768
 # NOTE: PD tests move the KV cache with mooncake, its TCP transport forced: this machine
 # has no RDMA device.
 TRANSFER = ("--disaggregation-transfer-backend", "mooncake_tcp")
-needs_mooncake = pytest.mark.skipif(
-    importlib.util.find_spec("mooncake") is None,
-    reason="no mooncake KV transfer (pip install -e '.[pd-cpu]' without a GPU)",
-)
 
 
 PORT_ATTEMPTS = 3  # a server's tries at a free port (another process may bind it first)
@@ -213,104 +204,3 @@ def sglang_router(*args: str, log: Path, timeout_s: float = 300) -> Iterator[str
         yield url
     finally:
         stop(proc)
-
-
-def post(url: str, path: str, body: dict, timeout: float = 300) -> tuple[int, dict]:
-    """(HTTP status, JSON body) of a POST; error statuses are returned, not raised."""
-    req = urllib.request.Request(
-        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-
-
-def generate_ids(url: str, prompt_ids: list[int], max_new_tokens: int = 24) -> list[int]:
-    """Greedy output token ids of one request (``ignore_eos``: always ``max_new_tokens``)."""
-    status, out = post(
-        url,
-        "/generate",
-        {
-            "input_ids": prompt_ids,
-            "sampling_params": {
-                "temperature": 0.0,
-                "max_new_tokens": max_new_tokens,
-                "ignore_eos": True,
-            },
-        },
-    )
-    assert status == 200, out
-    return list(out["output_ids"])
-
-
-def generate(url: str, prompts: list[str], max_new_tokens: int = 32) -> list[str]:
-    """Greedy completions of text prompts, one request at a time."""
-    out = []
-    for prompt in prompts:
-        body = {
-            "text": prompt,
-            "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens},
-        }
-        status, reply = post(url, "/generate", body)
-        assert status == 200, reply
-        out.append(reply["text"])
-    return out
-
-
-def metrics_after(url: str, before: dict[str, float], name: str, timeout_s: float = 10) -> dict:
-    """/metrics once ``name`` has grown past ``before`` (the plugin folds its counters
-    in once a second), or as it is at the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        now = metrics(url)
-        if now.get(name, 0) > before.get(name, 0) or time.monotonic() > deadline:
-            return now
-        time.sleep(0.5)
-
-
-def flush_prefix_cache(url: str) -> None:
-    """Empty the server's prefix (radix) cache, so that the next prompts run whole.
-    NOTE: a random prompt may begin with a token an earlier request began with; that
-    cached prefix is not run, nor its rows looked up, again."""
-    status = requests.post(f"{url}/flush_cache", params={"timeout": 10}, timeout=30)
-    assert status.status_code == 200, status.text
-
-
-def settled_metrics(
-    url: str, labelled: bool = False, wants: dict[str, float] | None = None, timeout_s: float = 30
-) -> dict[str, float]:
-    """``metrics`` once every name in ``wants`` reached its value and two reads a second
-    apart agree, or as it is at the timeout.
-
-    NOTE: the plugin folds the tables' counters into /metrics once a second, so a read
-    right after a request finished can miss that request's last steps: a count taken
-    as "before" must settle too, or the next request is charged for them."""
-    deadline = time.monotonic() + timeout_s
-    last: dict[str, float] | None = None
-    while True:
-        now = metrics(url, labelled)
-        reached = all(now.get(k, 0) >= v for k, v in (wants or {}).items())
-        if (reached and now == last) or time.monotonic() > deadline:
-            return now
-        last = now
-        time.sleep(1.1)
-
-
-def metrics(url: str, labelled: bool = False) -> dict[str, float]:
-    """``sglang:engram_*`` samples of /metrics (``..._total``, ``..._count``, ...), summed
-    over labels (or keyed ``name{label=value,...}`` with ``labelled``)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name.startswith("sglang:engram_"):
-                key = s.name
-                if labelled and s.labels:
-                    key += "{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}"
-                out[key] = out.get(key, 0.0) + s.value
-    return out
