@@ -141,10 +141,10 @@ class SsdTable(EngramTable):
         self._seeder: Seeder | None = None
         if options.seed is not None:
             self._check_seed(options.seed)
-        if options.seed is not None and self._cache is None:
-            logger.warning("%s: not seeded: the table has no RAM cache", options.seed.name)
-        elif options.seed is not None:
-            self._seeder = Seeder(options.seed, self._cache, self._read, self.row_bytes)
+            if self._cache is None:
+                logger.warning("%s: not seeded: the table has no RAM cache", options.seed.name)
+            else:
+                self._seeder = Seeder(options.seed, self._cache, self._read, self.row_bytes)
 
     def _check_seed(self, seed: SeedRows) -> None:
         ids = seed.ids
