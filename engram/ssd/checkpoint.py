@@ -37,10 +37,25 @@ class CheckpointTables:
         )
 
 
-def find_checkpoint_tables(checkpoint: Path) -> CheckpointTables:
-    """The tables of ``checkpoint`` (a directory of ``*.safetensors`` and ``config.json``)."""
+def find_checkpoint_tables(checkpoint: Path, format_name: str | None = None) -> CheckpointTables:
+    """The tables of ``checkpoint`` (a directory of ``*.safetensors`` and ``config.json``),
+    in the format named ``format_name`` (the served family's), or in the one format whose
+    tensor names it holds (``None``: the converter, which serves no family)."""
     entries = checkpoint_entries(checkpoint)
-    claimed = [f for f in CHECKPOINT_FORMATS.values() if any(map(f.claims, entries))]
+    if format_name is not None:
+        if format_name not in CHECKPOINT_FORMATS:
+            raise EngramTableError(
+                f"no checkpoint format {format_name!r}; known: {', '.join(CHECKPOINT_FORMATS)}"
+            )
+        wanted = CHECKPOINT_FORMATS[format_name]
+        if not any(map(wanted.claims, entries)):
+            raise EngramTableError(
+                f"checkpoint {checkpoint} has no {wanted.family} tables "
+                f"(looked for {wanted.pattern})"
+            )
+        claimed = [wanted]
+    else:
+        claimed = [f for f in CHECKPOINT_FORMATS.values() if any(map(f.claims, entries))]
     if not claimed:
         known = "; ".join(f"{f.family}: {f.pattern}" for f in CHECKPOINT_FORMATS.values())
         raise EngramTableError(f"checkpoint {checkpoint} has no n-gram tables (looked for {known})")
@@ -51,9 +66,10 @@ def find_checkpoint_tables(checkpoint: Path) -> CheckpointTables:
     return CheckpointTables(claimed[0], tables)
 
 
-def find_tables(checkpoint: Path) -> dict[int, RowSource]:
-    """Every n-gram table in ``checkpoint``, by decoder layer."""
-    return find_checkpoint_tables(checkpoint).tables
+def find_tables(checkpoint: Path, format_name: str | None = None) -> dict[int, RowSource]:
+    """Every n-gram table in ``checkpoint``, by decoder layer (see
+    :func:`find_checkpoint_tables`)."""
+    return find_checkpoint_tables(checkpoint, format_name).tables
 
 
 def read_config(checkpoint: Path) -> dict[str, Any] | None:

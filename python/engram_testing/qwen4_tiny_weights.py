@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from engram.model.safetensors_stream import StreamedTensor
-from engram_testing import qwen4_tiny_checkpoint as tc
+from engram_testing import qwen4_tiny_options as tc
 
 # NOTE: Gemma-style norms scale by (1 + weight), so their weights sit near 0; projections
 # keep unit-scale activations; the convolutions are far from zero, so that PLE (its value
@@ -71,21 +71,21 @@ def _gain(width: int) -> Draw:
 
 
 def _hyper_connection(prefix: str, *, combine: bool) -> dict[str, Draw]:
-    width, rank = tc._HC * tc._HIDDEN, int(tc.TinyQwen4Options().text_config["hc_lowrank"])
+    width, rank = tc.HC * tc.HIDDEN, int(tc.TinyQwen4Options().text_config["hc_lowrank"])
     specs = {
         f"{prefix}.hc_norm.weight": _gain(width),
         f"{prefix}.input_mix_weight_down.weight": _linear(rank, width),
         f"{prefix}.input_mix_weight_up.weight": _linear(width, rank),
     }
     if combine:
-        specs[f"{prefix}.block_inject_weight.weight"] = _linear(tc._HC, width)
+        specs[f"{prefix}.block_inject_weight.weight"] = _linear(tc.HC, width)
     return specs
 
 
 def _moe(prefix: str) -> dict[str, Draw]:
-    hidden, width = tc._HIDDEN, tc._MOE_WIDTH
-    specs = {f"{prefix}.gate.weight": _linear(tc._EXPERTS, hidden)}
-    for expert in [*(f"experts.{e}" for e in range(tc._EXPERTS)), "shared_expert"]:
+    hidden, width = tc.HIDDEN, tc.MOE_WIDTH
+    specs = {f"{prefix}.gate.weight": _linear(tc.EXPERTS, hidden)}
+    for expert in [*(f"experts.{e}" for e in range(tc.EXPERTS)), "shared_expert"]:
         specs[f"{prefix}.{expert}.gate_proj.weight"] = _linear(width, hidden)
         specs[f"{prefix}.{expert}.up_proj.weight"] = _linear(width, hidden)
         specs[f"{prefix}.{expert}.down_proj.weight"] = _linear(hidden, width)
@@ -94,56 +94,56 @@ def _moe(prefix: str) -> dict[str, Draw]:
 
 
 def _gated_deltanet(prefix: str) -> dict[str, Draw]:
-    hidden, heads = tc._HIDDEN, tc._LIN_V_HEADS
-    qkv = 2 * tc._LIN_K_HEADS * tc._LIN_K_DIM + heads * tc._LIN_V_DIM
+    hidden, heads = tc.HIDDEN, tc.LIN_V_HEADS
+    qkv = 2 * tc.LIN_K_HEADS * tc.LIN_K_DIM + heads * tc.LIN_V_DIM
     return {
         f"{prefix}.in_proj_qkv.weight": _linear(qkv, hidden),
-        f"{prefix}.in_proj_z.weight": _linear(heads * tc._LIN_V_DIM, hidden),
+        f"{prefix}.in_proj_z.weight": _linear(heads * tc.LIN_V_DIM, hidden),
         f"{prefix}.in_proj_b.weight": _linear(heads, hidden),
         f"{prefix}.in_proj_a.weight": _linear(heads, hidden),
-        f"{prefix}.conv1d.weight": _normal((qkv, 1, tc._CONV), CONV_STD),
+        f"{prefix}.conv1d.weight": _normal((qkv, 1, tc.CONV), CONV_STD),
         f"{prefix}.dt_bias": _normal((heads,), GAIN_NOISE),
         f"{prefix}.A_log": lambda g: torch.empty(heads).uniform_(1, 16, generator=g).log(),
-        f"{prefix}.norm.weight": _normal((tc._LIN_V_DIM,), GAIN_NOISE, mean=1.0),
-        f"{prefix}.out_proj.weight": _linear(hidden, heads * tc._LIN_V_DIM),
+        f"{prefix}.norm.weight": _normal((tc.LIN_V_DIM,), GAIN_NOISE, mean=1.0),
+        f"{prefix}.out_proj.weight": _linear(hidden, heads * tc.LIN_V_DIM),
     }
 
 
 def _attention(prefix: str) -> dict[str, Draw]:
-    hidden, q_width, kv_width = tc._HIDDEN, tc._HEADS * tc._HEAD_DIM, tc._KV_HEADS * tc._HEAD_DIM
+    hidden, q_width, kv_width = tc.HIDDEN, tc.HEADS * tc.HEAD_DIM, tc.KV_HEADS * tc.HEAD_DIM
     return {
         # NOTE: the query projection carries each head's output gate after its query
         f"{prefix}.q_proj.weight": _linear(2 * q_width, hidden),
         f"{prefix}.k_proj.weight": _linear(kv_width, hidden),
         f"{prefix}.v_proj.weight": _linear(kv_width, hidden),
         f"{prefix}.o_proj.weight": _linear(hidden, q_width),
-        f"{prefix}.q_norm.weight": _gain(tc._HEAD_DIM),
-        f"{prefix}.k_norm.weight": _gain(tc._HEAD_DIM),
+        f"{prefix}.q_norm.weight": _gain(tc.HEAD_DIM),
+        f"{prefix}.k_norm.weight": _gain(tc.HEAD_DIM),
     }
 
 
 def _ple(prefix: str, options: tc.TinyQwen4Options, ple_index: int) -> dict[str, Draw]:
-    width = tc._HC * tc._HIDDEN
+    width = tc.HC * tc.HIDDEN
     sizes = options.head_sizes(ple_index)
     offsets = [sum(sizes[:h]) for h in range(len(sizes))]
     rows = options.table_rows(ple_index)
     step = math.ceil(rows / options.split_ngram_parts)
-    row_width = tc._PLE_DIM // options.ngram_heads
+    row_width = tc.PLE_DIM // options.ngram_heads
     # NOTE: upstream keeps token * multiplier below 2**63 with this bound
-    half_bound = ((1 << 63) - 1) // tc._VOCAB // 2
+    half_bound = ((1 << 63) - 1) // tc.VOCAB // 2
     table = f"{prefix}.ple_embedding.ngram_embedding"
     specs: dict[str, Draw] = {
         f"{prefix}.ple_embedding.layer_multipliers": lambda g: (
-            2 * torch.randint(0, half_bound, (tc._NGRAM,), generator=g) + 1
+            2 * torch.randint(0, half_bound, (tc.NGRAM,), generator=g) + 1
         ),
         f"{prefix}.ple_embedding.ngram_heads_vocab_sizes": lambda g: torch.tensor(sizes),
         f"{prefix}.ple_embedding.ngram_heads_offsets": lambda g: torch.tensor(offsets),
-        f"{prefix}.key_proj.weight": _linear(width, tc._PLE_DIM),
-        f"{prefix}.value_proj.weight": _linear(tc._HIDDEN, tc._PLE_DIM),
+        f"{prefix}.key_proj.weight": _linear(width, tc.PLE_DIM),
+        f"{prefix}.value_proj.weight": _linear(tc.HIDDEN, tc.PLE_DIM),
         f"{prefix}.norm_key.weight": _gain(width),
         f"{prefix}.norm_query.weight": _gain(width),
         f"{prefix}.norm_conv.weight": _gain(width),
-        f"{prefix}.conv1d.weight": _normal((width, 1, tc._CONV), CONV_STD),
+        f"{prefix}.conv1d.weight": _normal((width, 1, tc.CONV), CONV_STD),
     }
     for k in range(options.split_ngram_parts):
         shape = (min(step, rows - k * step), row_width)
@@ -161,10 +161,10 @@ def weight_specs(options: tc.TinyQwen4Options) -> dict[str, Draw]:
     """Every tensor's name and how it is drawn."""
     model = tc.PREFIX.rstrip(".")
     specs: dict[str, Draw] = {
-        f"{model}.embed_tokens.weight": _normal((tc._VOCAB, tc._HIDDEN), 1.0),
+        f"{model}.embed_tokens.weight": _normal((tc.VOCAB, tc.HIDDEN), 1.0),
         # NOTE: logits of unit scale would be near uniform over 2,000 ids (best-to-second
         # gaps of a few hundredths); this scale makes greedy choices clear
-        "lm_head.weight": _normal((tc._VOCAB, tc._HIDDEN), LOGIT_SCALE / math.sqrt(tc._HIDDEN)),
+        "lm_head.weight": _normal((tc.VOCAB, tc.HIDDEN), LOGIT_SCALE / math.sqrt(tc.HIDDEN)),
         **_hyper_connection(f"{model}.hyper_connection_mixer", combine=False),
     }
     ple_index = {layer_id - 1: i for i, layer_id in enumerate(sorted(options.ple_layer_ids))}

@@ -159,9 +159,10 @@ def demo_engram(module: PaperEngram, x: torch.Tensor, rows: torch.Tensor) -> tor
         query = rms_norm(module.query_norm[i])(x[:, i])
         d = (key * query).sum(-1) / hidden**0.5
         gates.append((d.abs().clamp_min(1e-6).sqrt() * d.sign()).sigmoid())
-    value = torch.stack(gates, 1)[..., None] * linear(module.value_proj, module.value_bias)(rows)[
-        :, None
-    ]
+    value = (
+        torch.stack(gates, 1)[..., None]
+        * linear(module.value_proj, module.value_bias)(rows)[:, None]
+    )
     channels = hc * hidden
     conv = nn.Conv1d(
         channels, channels, k, groups=channels, bias=False, padding=(k - 1) * dil, dilation=dil

@@ -25,11 +25,39 @@ from engram.model.train import (
 )
 from engram.token_map import CACHE_ENV, build_token_map
 
-WORDS = ["def", "return", "self", "import", "os", "(x)", "if", "else:", "for", "in", "None",
-         "print", "value", "class", "Thing:", "=", "+", "1", "0", "pass"]
-OPTS = TrainOptions(steps=30, batch_size=4, seq_len=32, vocab_size=300, eval_tokens=1024,
-                    minutes=None, threads=1, log_every=10,
-                    build=BuildOptions(engram_vocab_size=300))
+WORDS = [
+    "def",
+    "return",
+    "self",
+    "import",
+    "os",
+    "(x)",
+    "if",
+    "else:",
+    "for",
+    "in",
+    "None",
+    "print",
+    "value",
+    "class",
+    "Thing:",
+    "=",
+    "+",
+    "1",
+    "0",
+    "pass",
+]
+OPTS = TrainOptions(
+    steps=30,
+    batch_size=4,
+    seq_len=32,
+    vocab_size=300,
+    eval_tokens=1024,
+    minutes=None,
+    threads=1,
+    log_every=10,
+    build=BuildOptions(engram_vocab_size=300),
+)
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +73,12 @@ def _docs(n_train: int = 6, n_held: int = 2) -> list[Document]:
     docs: list[Document] = []
     i = 0
     while len(docs) < n_train + n_held:
-        doc = Document(f"doc{i}.py", "\n".join(
-            "    ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(60)
-        ))
+        doc = Document(
+            f"doc{i}.py",
+            "\n".join(
+                "    ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(60)
+            ),
+        )
         i += 1
         held = sum(d.split == "heldout" for d in docs)
         if (doc.split == "heldout" and held < n_held) or (
@@ -125,9 +156,10 @@ def test_bundled_model_has_the_random_builds_layout(tmp_path):
     assert set(trained) == set(random_cfg)
     differ = {k for k in trained if trained[k] != random_cfg[k]}
     assert differ <= {"engram_compressed_vocab_size"}, differ
-    with safe_open(str(TRAINED_MODEL / "model.safetensors"), framework="pt") as a, safe_open(
-        str(tmp_path / "random" / "model.safetensors"), framework="pt"
-    ) as b:
+    with (
+        safe_open(str(TRAINED_MODEL / "model.safetensors"), framework="pt") as a,
+        safe_open(str(tmp_path / "random" / "model.safetensors"), framework="pt") as b,
+    ):
         assert set(a.keys()) == set(b.keys())
         for name in a.keys():
             x, y = a.get_slice(name), b.get_slice(name)

@@ -48,9 +48,15 @@ def _servers(model: Path, logs: Path, *offloads: str) -> Iterator[list[str]]:
     warmup give up after its 120 tries)."""
     with contextlib.ExitStack() as stack:
         yield [
-            stack.enter_context(sglang_server(
-                model, "--engram-offload", offload, log=logs / f"{offload}.log", timeout_s=900,
-            ))  # fmt: skip
+            stack.enter_context(
+                sglang_server(
+                    model,
+                    "--engram-offload",
+                    offload,
+                    log=logs / f"{offload}.log",
+                    timeout_s=900,
+                )
+            )  # fmt: skip
             for offload in offloads
         ]
 

@@ -12,7 +12,7 @@ import pytest
 def fresh_runtime():
     """Each test serves as a fresh process would: nothing resolved or built before it,
     nothing it built left behind (registration stays: SGLang's classes stay hooked)."""
-    from sglang_engram.runtime import get_runtime
+    from sglang_engram.protocol.runtime import get_runtime
 
     get_runtime().reset()
     yield get_runtime()
@@ -64,16 +64,16 @@ def placed(cpu_context, layout):
     loaded: ``served`` as SGLang builds it (our class picks the code), ``upstream``
     from upstream's class directly."""
     import torch
-    from sglang_engram.args.server_config import EngramServerConfig, use_config
     from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
-    from sglang_engram.runtime import get_runtime
+    from sglang_engram.protocol.runtime import get_runtime
+    from sglang_engram.protocol.server_config import EngramServerConfig
 
     from test.plugin.tiny import random_table
 
     get_runtime().reset()
 
     def build(config: EngramServerConfig, index: int = 0):
-        use_config(config)
+        get_runtime().use_config(config)
         args = (
             layout.num_embeddings[index],
             layout.head_dim,

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from sglang_engram.args.server_config import ENV_VAR
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR, EARLY_SEND_VAR
+from sglang_engram.protocol.server_config import ENV_VAR
 
 from test.plugin.tiny import tiny_config, write_model_dir
 

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 import safetensors.torch
 import torch
-from sglang_engram.args.server_config import EngramServerConfig, use_config
 from sglang_engram.models.deepseek_v41.family import DeepseekV41
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import weight_filter as loading
 
@@ -51,7 +51,7 @@ def test_each_placement_is_served_by_its_code_with_upstreams_rows(placed, layout
 
     index = random.randrange(2)
     served, ref = placed(config, index)
-    [entry] = table_registry.served()
+    [entry] = table_registry.served(get_runtime().tables)
     assert entry.layer_id == layout.layer_ids[index] and entry.table.placement == config.offload
     if DeepseekV41().upstream_serves(config):
         assert type(served) is _upstream_cls() and served.host_table is None
@@ -97,12 +97,15 @@ def test_the_flag_not_the_environment_switches_upstreams_host_table(
     try:
         for offload, pinned in (("dram", [True]), ("hbm", [])):
             calls.clear()
-            use_config(EngramServerConfig(offload=offload))
+            get_runtime().use_config(EngramServerConfig(offload=offload))
             built = PlacedEngramEmbedding(*args, column_bounds=layout.column_bounds(0))
             assert type(built) is _upstream_cls() and calls == pinned, offload
             # the user's setting is back once the table is built
             assert os.environ.get("SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE") == user_env
-        assert [e.table.placement for e in table_registry.served()] == ["dram", "hbm"]
+        assert [e.table.placement for e in table_registry.served(get_runtime().tables)] == [
+            "dram",
+            "hbm",
+        ]
     finally:
         get_runtime().reset()
 
@@ -111,7 +114,7 @@ def test_dram_holds_the_loaded_rows_once(monkeypatch, cpu_context, layout):
     """The loader writes into the buffer our dram table keeps: no second copy."""
     from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 
-    use_config(OURS)
+    get_runtime().use_config(OURS)
     ours = PlacedEngramEmbedding(
         layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0], layout.column_bounds(0)
     )
@@ -134,16 +137,16 @@ def test_off_holds_no_rows_and_skips_the_tensors(placed, layout):
     ours, _ = placed(EngramServerConfig(offload="off"), 1)
     assert ours.table is None and ours.weight.numel() == 0 and ours.scale.numel() == 0
     layer, other = layout.layer_ids[1], layout.layer_ids[0]
-    assert loading.is_skipped(f"layers.{layer}.engram.embed.weight")
-    assert loading.is_skipped(f"model.layers.{layer}.engram.embed.scale")
-    assert not loading.is_skipped(f"layers.{other}.engram.embed.weight")
-    assert not loading.is_skipped(f"layers.{layer}.engram.wkv.weight")
+    assert loading.is_skipped(get_runtime().skips, f"layers.{layer}.engram.embed.weight")
+    assert loading.is_skipped(get_runtime().skips, f"model.layers.{layer}.engram.embed.scale")
+    assert not loading.is_skipped(get_runtime().skips, f"layers.{other}.engram.embed.weight")
+    assert not loading.is_skipped(get_runtime().skips, f"layers.{layer}.engram.wkv.weight")
 
 
 def _engram(layout, monkeypatch, config, embedding_cls=None):
     import sglang.srt.layers.engram as upstream
 
-    use_config(config)
+    get_runtime().use_config(config)
     if embedding_cls is not None:
         monkeypatch.setattr(upstream, "EngramEmbedding", embedding_cls)
     config = SimpleNamespace(rms_norm_eps=1e-6, hidden_size=HIDDEN, hc_mult=2)
@@ -189,7 +192,10 @@ def test_engram_layers_match_upstream_count_lookups_and_off_is_identity(
     assert not torch.equal(want, x)
     for module in (ours, served):
         assert torch.equal(module(x, ids, input_ids=no_image), want)
-    counted = {e.table.placement: e.table.counters.stats() for e in table_registry.served()}
+    counted = {
+        e.table.placement: e.table.counters.stats()
+        for e in table_registry.served(get_runtime().tables)
+    }
     row_bytes = layout.head_dim + layout.head_dim // 32
     for placement in ("dram", "hbm"):
         assert counted[placement]["lookups"] == 1, placement
@@ -241,7 +247,7 @@ def test_loader_never_reads_skipped_tables(sglang_with_plugin, tmp_path):
     for kind, (iterate, options) in iterators.items():
         on_cpu = "tensor" not in kind
         try:
-            loading.skip_tables(layers={1})
+            loading.skip_tables(get_runtime().skips, layers={1})
             got = dict(iterate(files if on_cpu else files[:2], **options))
         finally:
             get_runtime().reset()
@@ -266,7 +272,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
     fields = engram_fields(layer_ids=(1, 14), n=3, heads=heads, head_dim=64)
     layout = EngramLayout.from_config(SimpleNamespace(**fields))
     get_runtime().reset()
-    use_config(config)
+    get_runtime().use_config(config)
     args = (layout.num_embeddings[1], layout.head_dim, 14, layout.column_bounds(1))
     weight, scale = random_table(layout.num_embeddings[1], layout.head_dim)
     ids = _hash_ids(layout, 1, random.randint(1, 40))
@@ -288,11 +294,11 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
         served.finish_load(f"layer 14 rank {rank}")
         start, end = shard_range(args[0], args[3], rank, 2)
         assert (served.row_start, served.rows) == (start, end - start)
-        assert table_registry.served()[-1].table.num_rows == end - start
-        assert table_registry.served()[-1].row_start == start
+        assert table_registry.served(get_runtime().tables)[-1].table.num_rows == end - start
+        assert table_registry.served(get_runtime().tables)[-1].row_start == start
         mine, theirs = served._owned_rows(ids), upstream._owned_rows(ids)
         assert torch.equal(mine.view(torch.int16), theirs.view(torch.int16))
-        seen = table_registry.served()[-1].table
+        seen = table_registry.served(get_runtime().tables)[-1].table
         if DeepseekV41().upstream_serves(config):  # counted as Engram.embed_rows' hook does
             seen.record(ids.numel(), seen.start())
             row_bytes = layout.head_dim + layout.head_dim // 32
@@ -325,7 +331,7 @@ def test_cache_flags_are_budgets_shared_by_the_tables(monkeypatch, cpu_context, 
         (random.uniform(4, 9) * whole / 2**30, whole),  # a share above it: the table
     ):
         server = EngramServerConfig(offload="dram", hot_cache_gb=gib)
-        use_config(server)
+        get_runtime().use_config(server)
         ours = PlacedEngramEmbedding(
             rows, layout.head_dim, layout.layer_ids[0], layout.column_bounds(0)
         )
@@ -390,7 +396,7 @@ def test_dram_on_several_nodes_uses_the_per_rank_host_table(
     ranks = SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0)
     args = (layout.num_embeddings[0], layout.head_dim, layout.layer_ids[0])
     get_runtime().reset()
-    use_config(EngramServerConfig(offload="dram"))
+    get_runtime().use_config(EngramServerConfig(offload="dram"))
     try:
         with use_context(create_context(server_args, role="scheduler", ranks=ranks)):
             built = PlacedEngramEmbedding(*args, column_bounds=layout.column_bounds(0))
@@ -421,7 +427,7 @@ def test_a_rank_without_rows_of_a_small_table_serves_zeros(sglang_with_plugin, o
     model = tmp_path / "model"
     weight, scale = write_checkpoint(model, fields)[1]
     get_runtime().reset()
-    use_config(
+    get_runtime().use_config(
         EngramServerConfig(offload=offload, hot_cache_gb=0.001, ssd_dir=str(tmp_path / "ssd"))
     )
     args = (2, layout.head_dim, 1, layout.column_bounds(0))

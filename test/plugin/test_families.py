@@ -6,10 +6,11 @@ import logging
 import random
 
 import pytest
-from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.args.startup_checks import check_startup
 from sglang_engram.models.engram_qwen3.family import ARCHITECTURE
-from sglang_engram.models.registry import FAMILIES, family_of, table_tensor_layer
+from sglang_engram.protocol.registry import families, family_of, table_tensor_layer
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 
 from test.plugin.tiny import engram_fields, tiny_config, write_model_dir
 
@@ -47,7 +48,7 @@ def _configs() -> dict[str, dict]:
 def test_each_checkpoint_finds_its_family_and_only_it() -> None:
     configs = _configs()
     for name, config in configs.items():
-        assert [f.name for f in FAMILIES if f.matches(config)][:1] == [name]
+        assert [f.name for f in families() if f.matches(config)][:1] == [name]
         assert family_of(config).name == name
     plain = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}
     assert family_of(plain) is None and family_of(None) is None
@@ -100,7 +101,19 @@ def test_flags_on_a_family_left_to_upstream_warn_and_name_who_serves_it(
     model = write_model_dir(tmp_path / "m", _configs()["longcat_flash"])
     config = EngramServerConfig(offload=offload, offload_explicit=True)
     with caplog.at_level(logging.WARNING):
-        check_startup(config, model_path=str(model))
+        check_startup(get_runtime(), config, model_path=str(model))
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.startswith(f"--engram-* flags ignored: {model} is LongCat-Flash")
     assert "leaves it to upstream" in warning and "serving it normally" in warning
+
+
+def test_each_family_names_a_checkpoint_format_the_converter_knows() -> None:
+    """The ssd placement converts a family's tables from the checkpoint format the
+    family names; a family whose tables the plugin serves names one."""
+    from engram.ssd.checkpoint_formats import CHECKPOINT_FORMATS
+
+    named = {f.name: f.checkpoint_format for f in families()}
+    assert {name for name, fmt in named.items() if fmt is None} == {
+        f.name for f in families() if not f.served
+    }
+    assert {fmt for fmt in named.values() if fmt is not None} == set(CHECKPOINT_FORMATS)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from sglang_engram.args.flags import ENGRAM_FLAGS
-from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig, config_of
+from sglang_engram.protocol.server_config import ENV_VAR, EngramServerConfig, config_of
 
 from test.plugin.tiny import engram_fields, tiny_config, write_model_dir
 

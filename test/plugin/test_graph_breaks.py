@@ -17,7 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram.args.server_config import EngramServerConfig, use_config
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 
 from test.plugin.test_dsv4 import _hash_ids
 from test.plugin.tiny import tiny_config
@@ -54,7 +55,7 @@ def test_lookups_are_eager_breaks_of_the_breakable_backend(sglang_with_plugin):
     from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
         breakable_cuda_graph as bcg,
     )
-    from sglang_engram.integration import graph_breaks
+    from sglang_engram.forward import graph_breaks
 
     for name in ("owned_rows_into", "block_rows_into", "hash_ids_into"):
         fn = getattr(graph_breaks, name)
@@ -92,7 +93,7 @@ def test_tiny_model_replays_read_ssd_rows_of_the_live_batch(
     break fills every layer's rows; replays equal the eager lookups of the live ids."""
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
     from sglang.srt.server_args import ServerArgs
-    from sglang_engram.integration import graph_breaks
+    from sglang_engram.forward import graph_breaks
     from sglang_engram.models.engram_qwen3.engram_block import EngramBlock
 
     from engram.fp8 import dequantize_rows
@@ -103,14 +104,14 @@ def test_tiny_model_replays_read_ssd_rows_of_the_live_batch(
     tables = write_checkpoint(model, fields)
     spec = EngramSpec.from_hf_config(SimpleNamespace(**fields))
     config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "ssd"))
-    use_config(config)
+    get_runtime().use_config(config)
     context = create_context(
         ServerArgs(model_path=str(model), device="cpu"),
         role="scheduler",
         ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0),
     )
     with use_context(context):
-        blocks = [EngramBlock(spec, layer, 128, 1, config) for layer in spec.layer_ids]
+        blocks = [EngramBlock(spec, layer, 128, 1, get_runtime()) for layer in spec.layer_ids]
         for block in blocks:
             block.open_ssd()
     tokens = random.randint(1, 16)

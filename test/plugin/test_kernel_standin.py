@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from sglang_engram.integration import kernel_standin
+from sglang_engram.protocol.runtime import get_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,7 +113,8 @@ def test_without_a_gpu_the_standin_reaches_this_process_and_its_children():
         """
         import json, os, subprocess, sys
         from sglang_engram.integration import kernel_standin
-        status = kernel_standin.install_if_needed()
+        from sglang_engram.protocol.runtime import get_runtime
+        status = kernel_standin.install_if_needed(get_runtime())
         import sgl_kernel
         child = subprocess.run(
             [sys.executable, "-c", "import sgl_kernel; print(getattr(sgl_kernel, 'STANDIN', False))"],
@@ -137,7 +139,8 @@ def test_a_real_sgl_kernel_that_loads_is_left_alone(tmp_path):
     out = _run(
         """
         from sglang_engram.integration import kernel_standin
-        status = kernel_standin.install_if_needed()
+        from sglang_engram.protocol.runtime import get_runtime
+        status = kernel_standin.install_if_needed(get_runtime())
         import sgl_kernel
         print(status.standin, getattr(sgl_kernel, "MARKER", None), hasattr(sgl_kernel, "STANDIN"))
         """,
@@ -151,7 +154,7 @@ def test_the_plugin_reports_which_sgl_kernel_it_found():
     from sglang_engram.doctor.report import collect, render
 
     report = collect(apply_hooks=False)
-    status = kernel_standin.status()
+    status = kernel_standin.status(get_runtime())
     assert report["sgl_kernel"]["standin"] is status.standin
     assert status.describe() in render(report)
     if status.standin:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from prometheus_client import REGISTRY
 from sglang_engram.metrics.exporter import EngramMetrics
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import get_runtime
 from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
@@ -26,7 +26,7 @@ def _value(name, **labels):
 @pytest.fixture(scope="module")
 def metrics():
     """One exporter per process (its metrics live in prometheus_client's registry)."""
-    return EngramMetrics()
+    return EngramMetrics(get_runtime())
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_lookups_move_the_engram_metrics(metrics, layers):
     rows, dim = random.randint(100, 300), 64
     table = create_table("hbm", *random_table(rows, dim), head_dim=dim)
     layer = layers[0]
-    table_registry.add(layer, table)
+    table_registry.add(get_runtime().tables, layer, table)
     read_before = _value("sglang:engram_bytes_read_total", tier="hbm")
     timed_before = _value("sglang:engram_lookup_seconds_count")
     metrics.export_requests = True
@@ -75,7 +75,7 @@ def test_no_lookup_is_lost_between_updates(metrics, layers):
     rows, dim = random.randint(100, 300), 64
     tables = {layer: create_table("dram", *random_table(rows, dim)) for layer in layers}
     for layer, table in tables.items():
-        table_registry.add(layer, table)
+        table_registry.add(get_runtime().tables, layer, table)
     counters = {layer: table.counters for layer, table in tables.items()}
     done = threading.Event()
     looked_up = dict.fromkeys(layers, 0)
@@ -108,7 +108,7 @@ def test_ssd_table_stats_are_exported(metrics, layers, tmp_path):
     layer = layers[0]
     table = create_table("ssd", weight, scale, path=tmp_path / "t", ram_cache_bytes=1 << 20)
     try:
-        table_registry.add(layer, table)
+        table_registry.add(get_runtime().tables, layer, table)
         ids = torch.randint(0, rows, (random.randint(20, 60),))
         table.lookup(ids)
         table.lookup(ids)  # the second time from the RAM cache
@@ -151,7 +151,7 @@ def test_ssd_seeding_is_exported(metrics, layers, tmp_path):
         seed=SeedRows(ranked, f"layer {layer}"),
     )  # fmt: skip
     try:
-        table_registry.add(layer, table)
+        table_registry.add(get_runtime().tables, layer, table)
         assert table.wait_seeded(60)
         metrics.update()
         stats = table.stats()
@@ -192,8 +192,8 @@ def test_upstream_tables_export_each_id_once_over_the_ranks(
     from sglang.srt.layers.engram import EngramLayout
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
     from sglang.srt.server_args import ServerArgs
-    from sglang_engram.args.server_config import EngramServerConfig, use_config
     from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
+    from sglang_engram.protocol.server_config import EngramServerConfig
 
     from test.plugin.tiny import engram_fields
 
@@ -213,10 +213,12 @@ def test_upstream_tables_export_each_id_once_over_the_ranks(
         server_args = ServerArgs(model_path="dummy", **parallel)
         ranks = SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank)
         context = create_context(server_args, role="scheduler", ranks=ranks)
-        use_config(EngramServerConfig(offload="hbm"))  # each rank: a process of its own
+        get_runtime().use_config(
+            EngramServerConfig(offload="hbm")
+        )  # each rank: a process of its own
         with use_context(context):
             kept.append(PlacedEngramEmbedding(*args))
-            table = table_registry.served()[-1].table
+            table = table_registry.served(get_runtime().tables)[-1].table
             group = rank * groups // tp_size
             table.record(group_ids[group], table.start(), cp_all_tokens)
             metrics.export_requests = rank == 0  # as after_init_metrics_collector sets it

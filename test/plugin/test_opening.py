@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.models.engram_qwen3.family import TinyEngram
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 from sglang_engram.tables import served
 
 from engram.fp8 import dequantize_rows
@@ -31,6 +32,7 @@ def test_off_opens_through_the_registered_class(cpu_context, registry) -> None:
 
     layer, rows = random.randint(1, 40), random.randint(1, 999)
     table = open_layer_table(
+        get_runtime(),
         EngramServerConfig(offload="off"),
         TinyEngram(),
         layer,
@@ -39,7 +41,7 @@ def test_off_opens_through_the_registered_class(cpu_context, registry) -> None:
         device=CPU,
     )
     assert type(table) is PLACEMENTS["off"] and table.num_rows == rows
-    [entry] = registry.served()
+    [entry] = registry.served(get_runtime().tables)
     assert entry.table is table and entry.layer_id == layer
 
 
@@ -77,6 +79,7 @@ def test_ssd_shard_is_converted_once_with_its_share_of_the_caches(
     with use_context(context):
         for opening in ("converts", "reuses"):
             table = open_layer_table(
+                get_runtime(),
                 config,
                 TinyEngram(),
                 layer,
@@ -91,7 +94,7 @@ def test_ssd_shard_is_converted_once_with_its_share_of_the_caches(
             stats = table.stats()
             assert 0 < stats["hot_cache_bytes"] <= config.hot_cache_bytes // 2, opening
             assert 0 < stats["ram_cache_bytes"] <= config.ram_cache_bytes // 2, opening
-            assert registry.served()[-1].table is table
-            assert registry.served()[-1].row_start == start
+            assert registry.served(get_runtime().tables)[-1].table is table
+            assert registry.served(get_runtime().tables)[-1].row_start == start
             table.close()
     assert stamps[0] == stamps[1]  # reused, not written again

@@ -8,8 +8,9 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from sglang_engram.args.server_config import EngramServerConfig, current_config
 from sglang_engram.models.qwen4_exp.family import Qwen4Exp
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 
 from engram.errors import EngramConfigError
 
@@ -55,12 +56,12 @@ def test_each_placement_sets_upstreams_offload_flag_on_the_cpu_engine(parse, off
     # NOTE: on the CPU engine upstream's pinned-host path (CUDA) cannot run: dram is
     # upstream's table in host memory, where every CPU-engine table lives.
     assert args.ple_offload_embedding is False
-    assert current_config().offload == offload
+    assert get_runtime().serving_config().offload == offload
 
 
 def test_upstreams_flag_alone_decides_the_placement(parse) -> None:
     parse("--no-ple-offload-embedding")
-    assert current_config().offload == "hbm"
+    assert get_runtime().serving_config().offload == "hbm"
 
 
 def test_contradicting_flags_are_refused_in_one_line(parse) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from sglang_engram.args.server_config import EngramServerConfig, use_config
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import weight_filter
 
@@ -48,10 +48,10 @@ def _rows(
     classes = set()
     for rank in range(tp):
         get_runtime().reset()  # each rank is a process of its own
-        use_config(config)
+        get_runtime().use_config(config)
         context = tp_context(tp, rank, model_path=str(ckpt.directory))
         embeddings = load_upstream_embeddings(
-            ckpt, context, keep=lambda name: not weight_filter.is_skipped(name)
+            ckpt, context, keep=lambda name: not weight_filter.is_skipped(get_runtime().skips, name)
         )
         with use_context(context), context.parallel.override(tp_group=None):
             for layer, module in embeddings.items():
@@ -107,10 +107,12 @@ def test_off_holds_no_rows_and_reads_no_table_tensor(sglang_with_plugin, tmp_pat
     rows, classes = _rows(ckpt, EngramServerConfig(offload="off"), 1, ids)
     assert classes == {"PlacedPleTable"}
     assert all(not bool(r.any()) for r in rows.values())
-    assert table_registry.served() == []
+    assert table_registry.served(get_runtime().tables) == []
     prefix = "model.language_model.layers.1.ple.ple_embedding.ngram_embedding"
-    use_config(EngramServerConfig(offload="off"))
-    weight_filter.skip_tables(layers={1})
-    assert weight_filter.is_skipped(f"{prefix}.shard_0.weight")
-    assert weight_filter.is_skipped(f"{prefix}.weight_scale")
-    assert not weight_filter.is_skipped(prefix.replace("ngram_embedding", "layer_multipliers"))
+    get_runtime().use_config(EngramServerConfig(offload="off"))
+    weight_filter.skip_tables(get_runtime().skips, layers={1})
+    assert weight_filter.is_skipped(get_runtime().skips, f"{prefix}.shard_0.weight")
+    assert weight_filter.is_skipped(get_runtime().skips, f"{prefix}.weight_scale")
+    assert not weight_filter.is_skipped(
+        get_runtime().skips, prefix.replace("ngram_embedding", "layer_multipliers")
+    )

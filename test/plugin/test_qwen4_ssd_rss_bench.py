@@ -13,7 +13,7 @@ import time
 from types import ModuleType
 
 import psutil
-from engram_testing.qwen4_tiny_checkpoint import TinyQwen4Options
+from engram_testing.qwen4_tiny_options import TinyQwen4Options
 from engram_testing.tree_memory import TreeMemory
 
 from engram.files import GIB

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from engram_testing.qwen4_tiny_checkpoint import TinyQwen4Options, write_tiny_checkpoint
+from engram_testing.qwen4_tiny_checkpoint import write_tiny_checkpoint
+from engram_testing.qwen4_tiny_options import TinyQwen4Options
 from safetensors import safe_open
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram.args.server_config import EngramServerConfig, use_config
 from sglang_engram.lookahead import ssd_read_ahead as read_ahead
 from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
@@ -50,7 +50,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path):
             )
         )
         references.append(create_table("dram", weight, scale))
-        table_registry.add(layer, tables[-1])
+        table_registry.add(get_runtime().tables, layer, tables[-1])
     yield hasher, tables, references
     get_runtime().reset()
     for table in tables:
@@ -66,9 +66,11 @@ def _assert_rows(table, reference, ids: torch.Tensor) -> None:
 def test_admitted_prompt_rows_come_from_the_prefetch(served) -> None:
     hasher, tables, references = served
     prompt = torch.randint(0, hasher.vocab_size, (200,))
-    assert read_ahead.prefetch_prompt(prompt.tolist()) == []  # no hasher registered yet
-    table_registry.set_hasher(EngramRowHasher(hasher))
-    handles = read_ahead.prefetch_prompt(prompt.tolist())
+    assert (
+        read_ahead.prefetch_prompt(get_runtime(), prompt.tolist()) == []
+    )  # no hasher registered yet
+    table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
+    handles = read_ahead.prefetch_prompt(get_runtime(), prompt.tolist())
     assert len(handles) == hasher.spec.n_layers
     # NOTE: a prefill runs after its admission; a lookup reads for itself the rows of a
     # handle the read-ahead thread has not reached yet.
@@ -87,7 +89,7 @@ def test_decode_steps_read_one_step_ahead(served) -> None:
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     hasher, tables, references = served
-    table_registry.set_hasher(EngramRowHasher(hasher))
+    table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
     lengths = [1, 2, random.randint(3, 40), random.randint(41, 90)]
     reqs = [
         Req(f"r{k}", "", torch.randint(0, hasher.vocab_size, (n,)).tolist(), SamplingParams())
@@ -99,14 +101,14 @@ def test_decode_steps_read_one_step_ahead(served) -> None:
     overlapped = SimpleNamespace(enable_overlap=True)
     for req in reqs:
         req.output_ids.append(random.randrange(hasher.vocab_size))
-    read_ahead.after_process_batch_result(None, overlapped, batch)
+    read_ahead.after_process_batch_result(get_runtime())(None, overlapped, batch)
     assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)  # would be too late
     scheduler = SimpleNamespace(enable_overlap=False)
     for step in range(4):
         for req in reqs:
             req.output_ids.append(random.randrange(hasher.vocab_size))
         before = [t.stats()["prefetch_hits"] for t in tables]
-        read_ahead.after_process_batch_result(None, scheduler, batch)
+        read_ahead.after_process_batch_result(get_runtime())(None, scheduler, batch)
         # the next decode step looks up the n-grams ending at each newest token
         row_ids = torch.stack(
             [hasher.hash(torch.tensor(r.origin_input_ids + list(r.output_ids)))[-1] for r in reqs]
@@ -133,7 +135,7 @@ def test_overlap_scheduler_reads_one_step_ahead_from_the_launched_result(served,
     from sglang_engram.lookahead import overlap_read_ahead as overlap
 
     hasher, tables, references = served
-    table_registry.set_hasher(EngramRowHasher(hasher))
+    table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
     lengths = [1, random.randint(2, 40), random.randint(41, 90)]
     reqs = [
         Req(f"r{k}", "", torch.randint(0, hasher.vocab_size, (n,)).tolist(), SamplingParams())
@@ -141,7 +143,7 @@ def test_overlap_scheduler_reads_one_step_ahead_from_the_launched_result(served,
     ]
     batch = ScheduleBatch(reqs=reqs)
     scheduler = SimpleNamespace(enable_overlap=True)  # stands in for SGLang's Scheduler
-    get_runtime().read_ahead.overlap = reader = overlap.OverlapReadAhead(threaded)
+    get_runtime().read_ahead.overlap = reader = overlap.OverlapReadAhead(get_runtime(), threaded)
     sampled: list[list[int]] = []
     for step in range(5):
         batch.forward_mode = ForwardMode.EXTEND if step == 0 else ForwardMode.DECODE
@@ -150,7 +152,7 @@ def test_overlap_scheduler_reads_one_step_ahead_from_the_launched_result(served,
         result = GenerationBatchResult(next_token_ids=tokens, copy_done=torch.cpu.Event())
         result.copy_done.record()
         before = [t.stats()["prefetch_hits"] for t in tables]
-        overlap.after_run_batch(result, scheduler, batch)
+        overlap.read_next_step(get_runtime(), result, scheduler, batch)
         reader.drain()
         if step:  # the scheduler processes the previous step only now
             for req, token in zip(reqs, sampled[step - 1], strict=True):
@@ -164,7 +166,7 @@ def test_overlap_scheduler_reads_one_step_ahead_from_the_launched_result(served,
             assert hits == torch.unique(row_ids[:, i]).numel(), f"step {step} layer {i}"
     reader.close()
     # the scheduler without overlap reads ahead from process_batch_result instead
-    overlap.after_run_batch(result, SimpleNamespace(enable_overlap=False), batch)
+    overlap.read_next_step(get_runtime(), result, SimpleNamespace(enable_overlap=False), batch)
     assert len(reader._sampled) == len(reqs)
 
 
@@ -173,12 +175,12 @@ def test_finished_requests_are_not_read_ahead(served) -> None:
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     hasher, tables, _ = served
-    table_registry.set_hasher(EngramRowHasher(hasher))
+    table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
     req = Req("done", "", torch.randint(0, hasher.vocab_size, (9,)).tolist(), SamplingParams())
     req.output_ids.append(random.randrange(hasher.vocab_size))
     req.finished_reason = FINISH_LENGTH(length=1)
     scheduler = SimpleNamespace(enable_overlap=False)  # stands in for SGLang's Scheduler
-    read_ahead.after_process_batch_result(None, scheduler, ScheduleBatch(reqs=[req]))
+    read_ahead.after_process_batch_result(get_runtime())(None, scheduler, ScheduleBatch(reqs=[req]))
     assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
 
 
@@ -193,10 +195,10 @@ def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
     reference = create_table("dram", weight, scale)
     get_runtime().reset()
     try:
-        table_registry.add(spec.layer_ids[0], shard, row_start=start)
-        table_registry.set_hasher(EngramRowHasher(hasher))
+        table_registry.add(get_runtime().tables, spec.layer_ids[0], shard, row_start=start)
+        table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
         prompt = torch.randint(0, hasher.vocab_size, (300,))
-        assert len(read_ahead.prefetch_prompt(prompt.tolist())) == 1
+        assert len(read_ahead.prefetch_prompt(get_runtime(), prompt.tolist())) == 1
         ids = hasher.hash(prompt)[:, 0].reshape(-1)
         owned = ids[(ids >= start) & (ids < end)]
         got = shard.lookup(owned - start)
@@ -211,11 +213,13 @@ def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
 def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
     cpu_context, tmp_path: Path, offload: str, prefetch: bool
 ) -> None:
-    """Upstream's DeepSeek-V4.1 EngramHasher (built from a tokenizer) becomes our
-    NgramHasher for the read-ahead, hashing prompts bit-exactly as upstream does. The
-    model object stands in for DeepseekV4Model (a full DeepSeek-V4.1 model, not built here)."""
+    """Once SGLang has loaded a DeepSeek-V4.1 model, the shared hook asks its family for
+    the read-ahead's hash: upstream's EngramHasher (built from a tokenizer) becomes our
+    NgramHasher, hashing prompts bit-exactly as upstream does. The loaded model stands in
+    for DeepseekV4ForCausalLM (a full DeepSeek-V4.1 model, not built here): the module
+    holding upstream's hasher and config, as DeepseekV4Model does."""
     from sglang.srt.layers.engram import EngramHasher, EngramLayout, build_compressed_token_map
-    from sglang_engram.models.deepseek_v41.layers import after_model_init
+    from sglang_engram.lookahead.ssd_read_ahead import after_load_model
     from transformers import AutoTokenizer
 
     (tmp_path / "tokenizer.json").write_bytes(ASSET.read_bytes())
@@ -226,12 +230,20 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
     config = SimpleNamespace(**fields, engram_compressed_vocab_size=compressed)
     layout = EngramLayout.from_config(config)
     upstream = EngramHasher(layout, tokenizer, config.engram_pad_token_id, compressed)
+    dsv4 = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", **fields}
+    (tmp_path / "config.json").write_text(json.dumps(dsv4))
     server = EngramServerConfig(offload=offload, prefetch=prefetch)
     get_runtime().reset()
-    use_config(server)
+    get_runtime().use_config(server)
     try:
-        after_model_init(None, SimpleNamespace(engram_hasher=upstream), config)
-        ours = table_registry.hasher()
+        holder = SimpleNamespace(engram_hasher=upstream, config=config)
+        runner = SimpleNamespace(
+            is_draft_worker=False,
+            model_config=SimpleNamespace(model_path=str(tmp_path)),
+            model=SimpleNamespace(modules=lambda: [SimpleNamespace(), holder]),
+        )
+        after_load_model(get_runtime())(None, runner)
+        ours = table_registry.hasher(get_runtime().tables)
         if offload != "ssd" or not prefetch:
             assert ours is None  # nothing to read ahead
             return
@@ -256,16 +268,16 @@ def test_admission_hook_reads_what_the_prefill_will_look_up(served) -> None:
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     hasher, tables, _ = served
-    table_registry.set_hasher(EngramRowHasher(hasher))
+    table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
     prompt = torch.randint(0, hasher.vocab_size, (random.randint(20, 80),)).tolist()
     req = Req("r", "", prompt, SamplingParams())
     decode_worker = SimpleNamespace(disaggregation_mode=DisaggregationMode.DECODE)
-    read_ahead.after_add_request_to_queue(None, decode_worker, req)
+    read_ahead.after_add_request_to_queue(get_runtime())(None, decode_worker, req)
     assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
     # a retracted request re-prefills its prompt and the outputs it had
     req.output_ids.extend(torch.randint(0, hasher.vocab_size, (7,)).tolist())
     single = SimpleNamespace(disaggregation_mode=DisaggregationMode.NULL)
-    read_ahead.after_add_request_to_queue(None, single, req)
+    read_ahead.after_add_request_to_queue(get_runtime())(None, single, req)
     row_ids = hasher.hash(torch.tensor(prompt + list(req.output_ids)))
     for i, table in enumerate(tables):
         table.lookup(row_ids[:, i])
@@ -284,31 +296,35 @@ def test_a_prompts_read_ahead_is_released_once_its_prefill_ran(served) -> None:
     from sglang_engram.integration import run_batch
 
     hasher, tables, references = served
-    table_registry.set_hasher(EngramRowHasher(hasher))
+    table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
     scheduler = SimpleNamespace(disaggregation_mode=DisaggregationMode.NULL)
     reqs = [
         Req(f"r{k}", "", torch.randint(0, hasher.vocab_size, (random.randint(9, 60),)).tolist(), SamplingParams())
         for k in range(3)
     ]  # fmt: skip
     for req in reqs:
-        read_ahead.after_add_request_to_queue(None, scheduler, req)
+        read_ahead.after_add_request_to_queue(get_runtime())(None, scheduler, req)
     n_layers = hasher.spec.n_layers
     assert all(len(vars(r)[read_ahead.PROMPT_HANDLES]) == n_layers for r in reqs)
     chunked = reqs[1]
     chunked.is_chunked = 1
     batch = ScheduleBatch(reqs=reqs)
     batch.forward_mode = ForwardMode.DECODE
-    assert read_ahead.release_prefilled(batch) == 0  # a decode batch prefills nothing
+    assert (
+        read_ahead.release_prefilled(get_runtime(), batch) == 0
+    )  # a decode batch prefills nothing
     batch.forward_mode = ForwardMode.EXTEND
     scheduler.enable_overlap = False
-    run_batch.after_run_batch(None, scheduler, batch)  # the plugin's hook on run_batch
+    run_batch.after_run_batch(get_runtime())(
+        None, scheduler, batch
+    )  # the plugin's hook on run_batch
     assert all(read_ahead.PROMPT_HANDLES not in vars(r) for r in (reqs[0], reqs[2]))
     kept = vars(chunked)[read_ahead.PROMPT_HANDLES]
     assert all(h.wait(30) and h.nbytes > 0 for h in kept)  # read: its size is settled
     assert [t.stats()["prefetch_bytes_held"] for t in tables] == [h.nbytes for h in kept]
     # its last chunk runs: released too; its rows read again are the same rows
     chunked.is_chunked = 0
-    assert read_ahead.release_prefilled(batch) == n_layers
+    assert read_ahead.release_prefilled(get_runtime(), batch) == n_layers
     assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
     row_ids = hasher.hash(torch.tensor(chunked.origin_input_ids))
     for i, (table, ref) in enumerate(zip(tables, references, strict=True)):

@@ -11,6 +11,7 @@ import sys
 import pytest
 from sglang_engram.integration import version_pin as compat
 from sglang_engram.integration.hooks import CALL, HOOKS
+from sglang_engram.protocol.runtime import get_runtime
 
 
 def test_entry_point_is_discovered():
@@ -32,6 +33,8 @@ def test_every_hook_target_exists_upstream(hook):
     # Fails loudly when SGLang renames or moves something we hook.
     target = hook.resolve_target()
     ours = hook.resolve_ours()
+    if hook.with_runtime and hook.kind != CALL:
+        ours = ours(get_runtime())  # the function (or class) the hook applies
     if hook.kind == "REPLACE":
         # Once applied, the module attribute is ours; the upstream class (defined there or
         # imported into it) is its base.
@@ -53,7 +56,8 @@ def test_load_plugins_applies_every_hook(sglang_with_plugin):
     plugin = sglang_with_plugin
     for hook in HOOKS:
         hook.resolve_target()  # importing the module is what applies a deferred hook
-        assert plugin.hook_status()[hook.target] == "applied", plugin.hook_status()[hook.target]
+        status = plugin.hook_status(get_runtime().hooks)
+        assert status[hook.target] == "applied", status[hook.target]
         if hook.kind != CALL:
             assert hook.target in HookRegistry._patched
 
@@ -78,8 +82,10 @@ def test_a_hook_that_cannot_apply_is_logged_not_raised(sglang_with_plugin, caplo
         "test",
     )
     with caplog.at_level(logging.ERROR):
-        assert sglang_with_plugin.apply_hook(broken) is False
-    assert sglang_with_plugin.hook_status()[broken.target].startswith("failed: AttributeError")
+        assert sglang_with_plugin.apply_hook(get_runtime(), broken) is False
+    assert sglang_with_plugin.hook_status(get_runtime().hooks)[broken.target].startswith(
+        "failed: AttributeError"
+    )
     assert "could not hook sglang.srt.server_args.ServerArgs.no_such_method" in caplog.text
 
 
@@ -152,8 +158,9 @@ import {first}
 import sglang.srt.layers.engram as upstream
 from sglang_engram.integration import plugin
 from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
+from sglang_engram.protocol.runtime import get_runtime
 print(json.dumps({{
-    "status": {{t: s for t, s in plugin.hook_status().items() if ".layers.engram." in t}},
+    "status": {{t: s for t, s in plugin.hook_status(get_runtime().hooks).items() if ".layers.engram." in t}},
     "replaced": upstream.EngramEmbedding is PlacedEngramEmbedding,
     "wrapped": hasattr(upstream.Engram.forward, "__wrapped__"),
 }}))

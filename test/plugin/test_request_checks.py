@@ -7,12 +7,13 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.args.startup_checks import EngramStartupError, check_startup
 from sglang_engram.integration.request_checks import RequestGuard, first_bad_id
-from sglang_engram.models.family import ModelFamily
-from sglang_engram.models.registry import FAMILIES
-from sglang_engram.models.request_limits import RequestLimits
+from sglang_engram.protocol.family import ModelFamily
+from sglang_engram.protocol.registry import families
+from sglang_engram.protocol.request_limits import RequestLimits
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 
 from engram.errors import EngramConfigError
 from test.plugin.test_families import _configs
@@ -30,16 +31,18 @@ def _request(**fields) -> SimpleNamespace:
 
 def test_every_family_declares_its_limits_from_its_config() -> None:
     configs = _configs()
-    for family in FAMILIES:
+    for family in families():
         config = configs[family.name]
         vocab = config.get("text_config", config)["vocab_size"]
         assert family.request_limits(config).vocab_size == vocab
     # NOTE: the Engram token map has one entry per tokenizer id; PLE hashes raw ids
-    tiny = next(f for f in FAMILIES if f.name == "engram_qwen3").request_limits(
+    tiny = next(f for f in families() if f.name == "engram_qwen3").request_limits(
         configs["engram_qwen3"]
     )
     assert tiny.id_bound(tiny.vocab_size - 9) == tiny.vocab_size - 9
-    qwen4 = next(f for f in FAMILIES if f.name == "qwen4_exp").request_limits(configs["qwen4_exp"])
+    qwen4 = next(f for f in families() if f.name == "qwen4_exp").request_limits(
+        configs["qwen4_exp"]
+    )
     assert qwen4.id_bound(qwen4.vocab_size - 9) == qwen4.vocab_size
 
 
@@ -64,7 +67,7 @@ def test_a_config_that_cannot_state_its_limits_fails_at_start_up(tmp_path, famil
     text["vocab_size"] = random.choice([None, 0, -5, "2000"])
     model = write_model_dir(tmp_path / "m", config)
     with pytest.raises(EngramStartupError, match="vocab_size"):
-        check_startup(EngramServerConfig(offload="off"), model_path=str(model))
+        check_startup(get_runtime(), EngramServerConfig(offload="off"), model_path=str(model))
 
 
 def test_limits_refuse_an_empty_vocabulary() -> None:

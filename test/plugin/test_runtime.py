@@ -8,11 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram.args.model_facts import model_facts
-from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig, current_config, use_config
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
 from sglang_engram.lookahead import ssd_read_ahead
 from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import (
+    ENV_VAR,
+    EngramServerConfig,
+)
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import weight_filter
 
@@ -63,7 +66,7 @@ def _open_tables(model: str, config: dict, model_path: str) -> None:
 
         spec = EngramSpec.from_hf_config(config)
         for layer in spec.layer_ids:
-            block = EngramBlock(spec, layer, config["hidden_size"], 1, current_config())
+            block = EngramBlock(spec, layer, config["hidden_size"], 1, get_runtime())
             block.open_ssd()  # the model path: the scheduler context's
         return
     from sglang.srt.layers.engram import EngramLayout
@@ -94,7 +97,7 @@ def test_config_json_is_read_once_per_process(
     ssd = ["--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path / "ssd")]
     argv = ["--model-path", model_path, "--device", "cpu", "--disable-prefill-cuda-graph"]
     server_args = prepare_server_args([*argv, *ssd])
-    assert current_config().offload == "ssd"
+    assert get_runtime().serving_config().offload == "ssd"
     context = create_context(
         server_args,
         role="scheduler",
@@ -103,15 +106,17 @@ def test_config_json_is_read_once_per_process(
     with use_context(context):
         _open_tables(model, config, model_path)
     layers = config["engram_layer_ids"]
-    assert sorted(entry.layer_id for entry in table_registry.served()) == sorted(layers)
+    assert sorted(
+        entry.layer_id for entry in table_registry.served(get_runtime().tables)
+    ) == sorted(layers)
     assert fresh_runtime.config_json_reads == 1
 
 
 def test_another_model_path_is_read_on_its_own(fresh_runtime, tmp_path):
     first, second = _checkpoint("tiny", tmp_path / "a"), _checkpoint("dsv4", tmp_path / "b")
-    assert model_facts(str(tmp_path / "a")).hf_config == first
-    assert model_facts(str(tmp_path / "b")).hf_config == second
-    assert model_facts(str(tmp_path / "b")).family.table_layers(second) == (1, 14)
+    assert get_runtime().model_facts(str(tmp_path / "a")).hf_config == first
+    assert get_runtime().model_facts(str(tmp_path / "b")).hf_config == second
+    assert get_runtime().model_facts(str(tmp_path / "b")).family.table_layers(second) == (1, 14)
     assert fresh_runtime.config_json_reads == 2
 
 
@@ -121,31 +126,36 @@ def test_reset_forgets_what_serving_built_and_keeps_registration(
     """Everything serving resolved and built is gone after one reset() (the read-ahead's
     handles released); the hooks stay applied."""
     monkeypatch.delenv(ENV_VAR, raising=False)
-    applied = sglang_with_plugin.hook_status()
+    applied = sglang_with_plugin.hook_status(fresh_runtime.hooks)
     config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path), prefetch=True)
-    use_config(config)
+    get_runtime().use_config(config)
     _checkpoint("tiny", tmp_path / "tiny")
-    model_facts(str(tmp_path / "tiny"))
+    get_runtime().model_facts(str(tmp_path / "tiny"))
     layer = random.randint(1, 60)
-    weight_filter.skip_tables(layers={layer})
+    weight_filter.skip_tables(get_runtime().skips, layers={layer})
     fields = engram_fields(layer_ids=(layer,), n=random.randint(2, 4))
     spec = EngramSpec.from_hf_config(fields)
     hasher = NgramHasher(spec, random_token_map(spec.vocab_size, random.randint(50, 200)))
     weight, scale = quantize_rows(torch.randn(spec.num_embeddings[0], spec.head_dim))
     table = create_table("ssd", weight, scale, path=tmp_path / "table")
-    table_registry.add(layer, table)
-    table_registry.set_hasher(EngramRowHasher(hasher))
+    table_registry.add(get_runtime().tables, layer, table)
+    table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
     tokens = torch.randint(0, spec.vocab_size, (random.randint(1, 8),)).tolist()
-    assert ssd_read_ahead.prefetch_next_step([(tokens, tokens[-1:])]) == 1
+    assert ssd_read_ahead.prefetch_next_step(get_runtime(), [(tokens, tokens[-1:])]) == 1
     assert table.stats()["prefetch_bytes_held"] > 0
-    assert current_config() == config and fresh_runtime.config_json_reads == 1
+    assert get_runtime().serving_config() == config and fresh_runtime.config_json_reads == 1
 
     fresh_runtime.reset()
 
-    assert table_registry.served() == [] and table_registry.hasher() is None
-    assert not weight_filter.is_skipped(f"model.layers.{layer}.engram.embed.weight")
+    assert (
+        table_registry.served(get_runtime().tables) == []
+        and table_registry.hasher(get_runtime().tables) is None
+    )
+    assert not weight_filter.is_skipped(
+        get_runtime().skips, f"model.layers.{layer}.engram.embed.weight"
+    )
     assert table.stats()["prefetch_bytes_held"] == 0
     assert fresh_runtime.model is None and fresh_runtime.config_json_reads == 0
-    assert current_config() == EngramServerConfig()
-    assert sglang_with_plugin.hook_status() == applied
+    assert get_runtime().serving_config() == EngramServerConfig()
+    assert sglang_with_plugin.hook_status(fresh_runtime.hooks) == applied
     table.close()

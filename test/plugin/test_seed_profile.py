@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.args.startup_checks import EngramStartupError, check_startup
 from sglang_engram.models.engram_qwen3.family import TinyEngram
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 
 from engram.fp8 import dequantize_rows
 from engram.hashing import NgramHasher
@@ -50,7 +51,7 @@ def _ssd(tmp_path: Path, profile: Path, **kw) -> EngramServerConfig:
 
 
 def test_a_profile_of_the_served_model_passes(profile, tmp_path) -> None:
-    check_startup(_ssd(tmp_path, profile), model_path=str(TINY))
+    check_startup(get_runtime(), _ssd(tmp_path, profile), model_path=str(TINY))
     assert "seed_profile=" in _ssd(tmp_path, profile).describe()
 
 
@@ -58,7 +59,7 @@ def test_a_profile_of_the_served_model_passes(profile, tmp_path) -> None:
 def test_another_placement_is_refused_in_one_line(profile, offload) -> None:
     config = EngramServerConfig(offload=offload, seed_profile=str(profile))
     with pytest.raises(EngramStartupError) as exc:
-        check_startup(config, model_path=str(TINY))
+        check_startup(get_runtime(), config, model_path=str(TINY))
     message = str(exc.value)
     assert "\n" not in message
     assert message == (
@@ -69,7 +70,9 @@ def test_another_placement_is_refused_in_one_line(profile, offload) -> None:
 
 def test_no_ram_cache_to_seed_is_refused(profile, tmp_path) -> None:
     with pytest.raises(EngramStartupError, match="leaves no RAM cache to seed"):
-        check_startup(_ssd(tmp_path, profile, ram_cache_gb=0.0), model_path=str(TINY))
+        check_startup(
+            get_runtime(), _ssd(tmp_path, profile, ram_cache_gb=0.0), model_path=str(TINY)
+        )
 
 
 def test_a_profile_of_another_model_is_refused_naming_what_differs(profile, tmp_path) -> None:
@@ -77,7 +80,7 @@ def test_a_profile_of_another_model_is_refused_naming_what_differs(profile, tmp_
     other = write_model_dir(tmp_path / "other", dict(read_config(TINY), engram_layer_ids=[0, 2]))
     (other / "tokenizer.json").write_bytes((TINY / "tokenizer.json").read_bytes())
     with pytest.raises(EngramStartupError) as exc:
-        check_startup(_ssd(tmp_path, profile), model_path=str(other))
+        check_startup(get_runtime(), _ssd(tmp_path, profile), model_path=str(other))
     message = str(exc.value)
     assert "\n" not in message
     assert message.startswith(f"--engram-seed-profile {profile} was not made for {other}: ")
@@ -86,7 +89,7 @@ def test_a_profile_of_another_model_is_refused_naming_what_differs(profile, tmp_
     bogus = tmp_path / "bogus.npz"
     bogus.write_bytes(b"PK not really")
     with pytest.raises(EngramStartupError, match="is not an Engram row profile"):
-        check_startup(_ssd(tmp_path, bogus), model_path=str(TINY))
+        check_startup(get_runtime(), _ssd(tmp_path, bogus), model_path=str(TINY))
 
 
 def test_a_model_without_an_engram_hash_is_refused(profile, tmp_path) -> None:
@@ -129,7 +132,7 @@ def test_a_tp_shard_seeds_its_own_rows(sglang_with_plugin, tmp_path: Path) -> No
     )
     with use_context(context):
         table = open_layer_table(
-            config, TinyEngram(), layer, rows=(start, stop), head_dim=64, device=CPU,
+            get_runtime(), config, TinyEngram(), layer, rows=(start, stop), head_dim=64, device=CPU,
             shard=shard_name(0, 2),
         )  # fmt: skip
     assert table.wait_seeded(60)

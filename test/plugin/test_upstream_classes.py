@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from sglang_engram.args.server_config import ENV_VAR, EngramServerConfig
+from sglang_engram.protocol.server_config import ENV_VAR, EngramServerConfig
 
 from engram.model.tokenizer import ASSET, tokenizer_config
 from engram.spec import EngramSpec

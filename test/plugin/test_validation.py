@@ -6,13 +6,14 @@ import logging
 import shutil
 
 import pytest
-from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.args.startup_checks import (
     EngramStartupError,
     check_hot_cache_fits,
     check_startup,
     off_warning,
 )
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.protocol.server_config import EngramServerConfig
 
 from engram.spec import EngramSpec
 from engram.ssd.layout import DiskLayout
@@ -26,20 +27,24 @@ def model_dir(tmp_path):
 
 def test_ssd_without_a_directory(model_dir):
     with pytest.raises(EngramStartupError, match="--engram-offload ssd needs --engram-ssd-dir"):
-        check_startup(EngramServerConfig(offload="ssd"), model_path=model_dir)
+        check_startup(get_runtime(), EngramServerConfig(offload="ssd"), model_path=model_dir)
 
 
 def test_unknown_ssd_read_strategy_is_named_with_the_choices(model_dir, tmp_path):
     config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "t"), ssd_read="dirct")
     with pytest.raises(EngramStartupError, match="must be one of mmap, pread, direct, got 'dirct'"):
-        check_startup(config, model_path=model_dir)
+        check_startup(get_runtime(), config, model_path=model_dir)
 
 
 def test_ssd_directory_that_is_a_file(model_dir, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     with pytest.raises(EngramStartupError, match="exists and is not a directory"):
-        check_startup(EngramServerConfig(offload="ssd", ssd_dir=str(blocker)), model_path=model_dir)
+        check_startup(
+            get_runtime(),
+            EngramServerConfig(offload="ssd", ssd_dir=str(blocker)),
+            model_path=model_dir,
+        )
 
 
 def test_ssd_directory_that_cannot_be_written(model_dir, tmp_path):
@@ -47,7 +52,11 @@ def test_ssd_directory_that_cannot_be_written(model_dir, tmp_path):
     target = tmp_path / "a-file" / "tables"
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(EngramStartupError, match=r"tables is not writable \("):
-        check_startup(EngramServerConfig(offload="ssd", ssd_dir=str(target)), model_path=model_dir)
+        check_startup(
+            get_runtime(),
+            EngramServerConfig(offload="ssd", ssd_dir=str(target)),
+            model_path=model_dir,
+        )
 
 
 def test_ssd_directory_too_small_says_how_much_is_needed(tmp_path):
@@ -64,7 +73,7 @@ def test_ssd_directory_too_small_says_how_much_is_needed(tmp_path):
     assert spec.total_table_bytes > free
     config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "ssd"))
     with pytest.raises(EngramStartupError) as exc:
-        check_startup(config, model_path=str(model))
+        check_startup(get_runtime(), config, model_path=str(model))
     # The tables' size on disk: rows in page-aligned blocks, 3.4 % over the rows' bytes.
     on_disk = DiskLayout(spec.num_embeddings[0], head_dim).file_bytes
     assert on_disk > spec.total_table_bytes * 1.03
@@ -76,7 +85,9 @@ def test_ssd_directory_with_room_passes_and_is_not_created(model_dir, tmp_path):
     # Nothing is created before the server starts: a start that fails later (SGLang's own
     # checks, a missing GPU) must not leave an empty directory behind.
     target = tmp_path / "new" / "ssd"
-    check_startup(EngramServerConfig(offload="ssd", ssd_dir=str(target)), model_path=model_dir)
+    check_startup(
+        get_runtime(), EngramServerConfig(offload="ssd", ssd_dir=str(target)), model_path=model_dir
+    )
     assert not (tmp_path / "new").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny"]  # no write-test file left
 
@@ -84,7 +95,11 @@ def test_ssd_directory_with_room_passes_and_is_not_created(model_dir, tmp_path):
 @pytest.mark.parametrize("offload", ["hbm", "dram", "off"])
 def test_ram_cache_with_another_placement_warns_in_one_line(model_dir, caplog, offload):
     with caplog.at_level(logging.WARNING):
-        check_startup(EngramServerConfig(offload=offload, ram_cache_gb=2.0), model_path=model_dir)
+        check_startup(
+            get_runtime(),
+            EngramServerConfig(offload=offload, ram_cache_gb=2.0),
+            model_path=model_dir,
+        )
     [warning] = [r.getMessage() for r in caplog.records if "ram-cache" in r.getMessage()]
     assert warning == (
         f"--engram-ram-cache-gb is ignored with --engram-offload {offload} (it caches rows "
@@ -92,7 +107,7 @@ def test_ram_cache_with_another_placement_warns_in_one_line(model_dir, caplog, o
     )
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # not given: the default says nothing
-        check_startup(EngramServerConfig(offload=offload), model_path=model_dir)
+        check_startup(get_runtime(), EngramServerConfig(offload=offload), model_path=model_dir)
     assert "ram-cache" not in caplog.text
 
 
@@ -103,7 +118,7 @@ def test_offload_on_a_model_without_engram_warns_once(tmp_path, caplog):
     model = write_model_dir(tmp_path / "plain", plain)
     config = EngramServerConfig(offload="ssd", offload_explicit=True)  # ssd dir not needed
     with caplog.at_level(logging.WARNING):
-        check_startup(config, model_path=str(model))
+        check_startup(get_runtime(), config, model_path=str(model))
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "has no Engram layers" in warnings[0].getMessage()
@@ -113,12 +128,16 @@ def test_offload_on_a_model_without_engram_warns_once(tmp_path, caplog):
 @pytest.mark.parametrize("role,name", [("prefill", "prefill worker"), ("null", "single server")])
 def test_off_where_prompts_are_processed_says_what_is_lost(model_dir, caplog, role, name):
     with caplog.at_level(logging.WARNING):
-        check_startup(EngramServerConfig(offload="off", role=role), model_path=model_dir)
+        check_startup(
+            get_runtime(), EngramServerConfig(offload="off", role=role), model_path=model_dir
+        )
     assert f"--engram-offload off on a {name}: " in caplog.text
     assert "without the model's n-gram memory" in off_warning(name)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        check_startup(EngramServerConfig(offload="off", role="decode"), model_path=model_dir)
+        check_startup(
+            get_runtime(), EngramServerConfig(offload="off", role="decode"), model_path=model_dir
+        )
     assert caplog.text == ""
 
 
@@ -138,7 +157,7 @@ def test_inconsistent_engram_config_is_named(tmp_path):
     cfg["engram_num_embeddings"][0] += 1
     model = write_model_dir(tmp_path / "bad", cfg)
     with pytest.raises(EngramStartupError, match="primes sum to"):
-        check_startup(EngramServerConfig(), model_path=str(model))
+        check_startup(get_runtime(), EngramServerConfig(), model_path=str(model))
 
 
 @pytest.mark.parametrize(
@@ -151,21 +170,23 @@ def test_inconsistent_engram_config_is_named(tmp_path):
 def test_layouts_sglangs_hash_kernel_cannot_run_are_refused(tmp_path, fields, message):
     model = str(write_model_dir(tmp_path / "m", tiny_config(**fields)))
     with pytest.raises(EngramStartupError, match=message):
-        check_startup(EngramServerConfig(), model_path=model)
-    check_startup(EngramServerConfig(offload="off"), model_path=model)  # nothing hashed
+        check_startup(get_runtime(), EngramServerConfig(), model_path=model)
+    check_startup(
+        get_runtime(), EngramServerConfig(offload="off"), model_path=model
+    )  # nothing hashed
 
 
 def test_other_engram_variants_are_refused(tmp_path):
     config = {**tiny_config(), "engram_variant": "paper"}
     model = str(write_model_dir(tmp_path / "m", config))
     with pytest.raises(EngramStartupError, match="engram_variant is 'paper'"):
-        check_startup(EngramServerConfig(offload="hbm"), model_path=model)
+        check_startup(get_runtime(), EngramServerConfig(offload="hbm"), model_path=model)
 
 
 def test_ssd_needs_a_local_checkpoint(tmp_path):
     config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "ssd"))
     with pytest.raises(EngramStartupError, match="is not a local directory with a config.json"):
-        check_startup(config, model_path="deepseek-ai/DeepSeek-V4.1-Flash")
+        check_startup(get_runtime(), config, model_path="deepseek-ai/DeepSeek-V4.1-Flash")
 
 
 def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
@@ -196,7 +217,7 @@ def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
         ]
 
     def needed(checkpoint, tp_size):
-        return space_needed(ssd, family, config, str(checkpoint), tp_size)
+        return space_needed(get_runtime().tables, ssd, family, config, str(checkpoint), tp_size)
 
     def on_disk(index, tp_size):
         return sum(
@@ -207,27 +228,31 @@ def test_ssd_check_and_table_open_decide_alike(sglang_with_plugin, tmp_path):
     def open_all(checkpoint, tp_size):
         for index, layer in enumerate(spec.layer_ids):
             for path, rows in layer_tables(index, tp_size):
-                ensure_table(path, checkpoint_source(checkpoint, layer, rows))
+                ensure_table(
+                    path, checkpoint_source(get_runtime().tables, family, checkpoint, layer, rows)
+                )
 
     assert needed(model, 2) == (on_disk(0, 2) + on_disk(1, 2), 0)
     shards = layer_tables(0, 2)  # layer 1, as its two ranks convert it
     for path, rows in shards:
-        ensure_table(path, checkpoint_source(model, 1, rows))
+        ensure_table(path, checkpoint_source(get_runtime().tables, family, model, 1, rows))
     assert needed(model, 2) == (on_disk(1, 2), 0)
     assert needed(model, 1) == (on_disk(0, 1) + on_disk(1, 1), 0)
     open_all(model, 2)
     paths = [path for i in (0, 1) for path, _ in layer_tables(i, 2)]
     assert needed(model, 2) == (0, 0)  # a restart reuses them all
     server = EngramServerConfig(offload="ssd", ssd_dir=str(ssd))
-    check_startup(server, model_path=str(model), tp_size=2)
+    check_startup(get_runtime(), server, model_path=str(model), tp_size=2)
 
     converted = sum(TableManifest.load(path).data_bytes for path in paths)
     write, stale = needed(other, 2)
     assert write == on_disk(0, 2) + on_disk(1, 2) and stale >= converted
-    check_startup(server, model_path=str(other), tp_size=2)  # room: the old ones go first
+    check_startup(
+        get_runtime(), server, model_path=str(other), tp_size=2
+    )  # room: the old ones go first
     open_all(other, 2)
     for index, layer in enumerate(spec.layer_ids):  # they now hold the other rows
         for path, rows in layer_tables(index, 2):
-            source = checkpoint_source(other, layer, rows).identity()
+            source = checkpoint_source(get_runtime().tables, family, other, layer, rows).identity()
             assert TableManifest.load(path).source == source
     assert needed(other, 2) == (0, 0)

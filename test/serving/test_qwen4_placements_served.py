@@ -32,7 +32,7 @@ from engram_testing.qwen4_tiny_checkpoint import WEIGHTS_FILE, write_tiny_checkp
 from engram_testing.server import sglang_server
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from sglang_engram.models.registry import table_tensor_layer
+from sglang_engram.protocol.registry import table_tensor_layer
 
 from engram.ssd.checkpoint_formats.ple_config import PleConfig
 from test.serving.qwen4_served import (

@@ -104,7 +104,10 @@ def test_a_plan_skips_blocks_in_memory_and_can_give_file_offsets() -> None:
     ids = np.unique(rng.integers(0, layout.num_rows, 2_000))
     skip = rng.random(layout.num_blocks) < 0.5
     plan = ReadPlan(
-        layout, max_run_bytes=8 * layout.block_bytes, batch_bytes=64 * layout.block_bytes, in_file=True
+        layout,
+        max_run_bytes=8 * layout.block_bytes,
+        batch_bytes=64 * layout.block_bytes,
+        in_file=True,
     )
     plan.make(ids, skip)
     read = np.zeros(layout.num_blocks, dtype=bool)

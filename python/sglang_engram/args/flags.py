@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from typing import Any, Literal
 
 from engram.errors import EngramConfigError
-from sglang_engram.args.server_config import (
+from sglang_engram.protocol.runtime import EngramRuntime
+from sglang_engram.protocol.server_config import (
     DEFAULT_OFFLOAD,
     DEFAULT_RAM_CACHE_GB,
     EngramServerConfig,
-    use_config,
 )
 
 logger = logging.getLogger(__name__)
@@ -156,10 +157,19 @@ def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
     add_engram_args(parser)
 
 
-def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) -> None:
-    """AFTER ``ServerArgs.from_cli_args(args)``: validate and carry the config."""
+def from_cli_args_hook(runtime: EngramRuntime) -> Callable[..., None]:
+    """The AFTER hook on ``ServerArgs.from_cli_args(args)``: validate the flags, and
+    carry the config to the scheduler processes and into ``runtime``."""
+
+    def after(server_args: Any, cls: type, args: argparse.Namespace) -> None:
+        configure(runtime, server_args, args)
+
+    return after
+
+
+def configure(runtime: EngramRuntime, server_args: Any, args: argparse.Namespace) -> None:
+    """What :func:`from_cli_args_hook` does once SGLang has parsed ``args``."""
     from sglang_engram.args.graph_policy import graph_policy
-    from sglang_engram.args.model_facts import model_facts
     from sglang_engram.args.startup_checks import check_startup
     from sglang_engram.integration.cpu_serving import adjust_for_cpu, check_cpu_engine
 
@@ -167,12 +177,13 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
     for change in adjust_for_cpu(server_args):
         logger.info("sglang-engram: CPU engine: %s", change)
     config = config_from_namespace(args)
-    family = model_facts(getattr(args, "model_path", None)).family
+    family = runtime.model_facts(getattr(args, "model_path", None)).family
     try:
         changes: list[str] = []
         if family is not None and family.served:
             config, changes = family.configure_server(server_args, config)
         check_startup(
+            runtime,
             config,
             model_path=getattr(args, "model_path", None),
             tp_size=int(getattr(args, "tp_size", 1) or 1),
@@ -184,8 +195,8 @@ def from_cli_args_hook(server_args: Any, cls: type, args: argparse.Namespace) ->
     for change in changes:
         logger.info("sglang-engram: %s: %s", family.title, change)
     config.export(server_args)
-    use_config(config)
-    graph_policy(server_args, config)
+    runtime.use_config(config)
+    graph_policy(server_args, config, family)
     served = (
         f"; {family.title}'s {family.tables} tables served by {family.implementation(config)}"
         if family is not None

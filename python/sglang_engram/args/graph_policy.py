@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sglang_engram.args.server_config import EngramServerConfig
+from sglang_engram.protocol.family import ModelFamily
+from sglang_engram.protocol.server_config import EngramServerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +48,10 @@ def chosen_backend(server_args: Any, phase: str) -> str | None:
     return DISABLED if getattr(server_args, f"disable_{phase}_cuda_graph", False) else None
 
 
-def graph_policy(server_args: Any, config: EngramServerConfig) -> None:
-    """Settle ``server_args``' CUDA-graph backends for this server's Engram lookups
-    (before SGLang resolves them); exits with one line for a choice it refuses."""
-    from sglang_engram.args.model_facts import model_facts
-
-    family = model_facts(getattr(server_args, "model_path", None)).family
+def graph_policy(server_args: Any, config: EngramServerConfig, family: ModelFamily | None) -> None:
+    """Settle ``server_args``' CUDA-graph backends for this server's Engram lookups of
+    ``family`` (the served checkpoint's; before SGLang resolves them); exits with one
+    line for a choice it refuses."""
     if family is None or not family.served or not config.enabled or server_args.disable_cuda_graph:
         return
     ssd = config.offload == "ssd"

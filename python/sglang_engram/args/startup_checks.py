@@ -16,9 +16,9 @@ from pathlib import Path
 
 from engram.errors import EngramConfigError, EngramError
 from engram.files import GIB, nearest_existing
-from sglang_engram.args.model_facts import model_facts
-from sglang_engram.args.server_config import EngramServerConfig
-from sglang_engram.models.family import HfConfig, ModelFamily
+from sglang_engram.protocol.family import HfConfig, ModelFamily
+from sglang_engram.protocol.runtime import EngramRuntime, TableState
+from sglang_engram.protocol.server_config import EngramServerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class EngramStartupError(EngramConfigError):
 
 
 def check_startup(
+    runtime: EngramRuntime,
     config: EngramServerConfig,
     *,
     model_path: str | None,
@@ -50,7 +51,7 @@ def check_startup(
     _check_numbers(config)
     _check_read(config)
     _check_seed_placement(config)
-    facts = model_facts(model_path)
+    facts = runtime.model_facts(model_path)
     hf_config, family = facts.hf_config, facts.family
     if config.offload == "ssd" and model_path and hf_config is None:
         raise EngramStartupError(
@@ -76,7 +77,7 @@ def check_startup(
         except EngramConfigError as exc:
             raise EngramStartupError(str(exc)) from exc
     if config.offload == "ssd":
-        check_ssd_dir(config.ssd_dir, family, hf_config, model_path, tp_size)
+        check_ssd_dir(runtime.tables, config.ssd_dir, family, hf_config, model_path, tp_size)
         if config.seed_profile is not None:
             check_seed_profile(config.seed_profile, hf_config, model_path, tokenizer_path)
     elif config.ssd_dir:
@@ -174,6 +175,7 @@ def check_seed_profile(
 
 
 def check_ssd_dir(
+    tables: TableState,
     ssd_dir: str | None,
     family: ModelFamily | None,
     hf_config: HfConfig | None,
@@ -211,7 +213,7 @@ def check_ssd_dir(
     try:
         # NOTE: need and have in the same units: page-padded bytes on disk, for the
         # tables the table open will (re)convert; outdated ones stay until then.
-        needed, stale = space_needed(path, family, hf_config, model_path, tp_size)
+        needed, stale = space_needed(tables, path, family, hf_config, model_path, tp_size)
     except EngramError as exc:
         raise EngramStartupError(str(exc)) from exc
     free = shutil.disk_usage(base).free

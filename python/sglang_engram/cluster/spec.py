@@ -13,8 +13,8 @@ from typing import Any, Literal, get_args
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sglang_engram.args.flags import ENGRAM_FLAGS, SsdRead
-from sglang_engram.args.server_config import DEFAULT_OFFLOAD
 from sglang_engram.cluster.recovery import RestartPolicy, StrictModel, Timeouts
+from sglang_engram.protocol.server_config import DEFAULT_OFFLOAD
 from sglang_engram.spec_files.schema_errors import first_error
 from sglang_engram.spec_files.yaml_file import read_mapping
 

@@ -12,6 +12,7 @@ from engram.files import GIB
 from sglang_engram.doctor import rocm as rocm_checks
 from sglang_engram.integration import kernel_standin
 from sglang_engram.integration.version_pin import PINNED_SGLANG_VERSION, installed_sglang_version
+from sglang_engram.protocol.runtime import EngramRuntime, get_runtime
 
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
@@ -24,30 +25,30 @@ def plugin_entry_point(group: str = "sglang.srt.plugins") -> str | None:
     return None
 
 
-def hook_report() -> dict[str, str]:
+def hook_report(runtime: EngramRuntime) -> dict[str, str]:
     """Register the plugin and apply every hook now (imports the hooked modules)."""
     from sglang_engram.integration import plugin
     from sglang_engram.integration.hooks import HOOKS
 
     plugin.register()
     for hook in HOOKS:
-        if plugin.hook_status().get(hook.target) != "applied":
-            plugin.apply_hook(hook)
-    status = plugin.hook_status()
+        if plugin.hook_status(runtime.hooks).get(hook.target) != "applied":
+            plugin.apply_hook(runtime, hook)
+    status = plugin.hook_status(runtime.hooks)
     return {hook.target: status.get(hook.target, "not registered") for hook in HOOKS}
 
 
 def serving_report(placements: list[str]) -> dict[str, dict[str, str]]:
     """Per placement, which code serves each model family's tables (keyed by family
     name; ``<name> with --engram-hot-cache-gb`` where the HBM hot cache changes it)."""
-    from sglang_engram.args.server_config import EngramServerConfig
-    from sglang_engram.models.registry import FAMILIES
+    from sglang_engram.protocol.registry import families
+    from sglang_engram.protocol.server_config import EngramServerConfig
 
     report: dict[str, dict[str, str]] = {}
     for name in placements:
         plain, cached = EngramServerConfig(offload=name), EngramServerConfig(name, hot_cache_gb=1)
         who = report[name] = {}
-        for family in FAMILIES:
+        for family in families():
             who[family.name] = family.implementation(plain)
             if family.implementation(cached) != who[family.name]:
                 who[f"{family.name} with --engram-hot-cache-gb"] = family.implementation(cached)
@@ -56,16 +57,17 @@ def serving_report(placements: list[str]) -> dict[str, dict[str, str]]:
 
 def families_report() -> list[dict[str, Any]]:
     """Every model family the plugin knows: its title, its tables, whether it places them."""
-    from sglang_engram.models.registry import FAMILIES
+    from sglang_engram.protocol.registry import families
 
     return [
-        {"name": f.name, "title": f.title, "tables": f.tables, "served": f.served} for f in FAMILIES
+        {"name": f.name, "title": f.title, "tables": f.tables, "served": f.served}
+        for f in families()
     ]
 
 
-def kernel_report() -> dict[str, Any]:
+def kernel_report(runtime: EngramRuntime) -> dict[str, Any]:
     """Whether this process imports the real ``sgl_kernel`` or the plugin's stand-in."""
-    status = kernel_standin.status()
+    status = kernel_standin.status(runtime)
     return {"standin": status.standin, "detail": status.detail, "line": status.describe()}
 
 
@@ -147,8 +149,12 @@ def advice(report: dict[str, Any]) -> list[str]:
 
 
 def collect(apply_hooks: bool = True) -> dict[str, Any]:
+    """Everything ``doctor`` reports, about this process (its plugin runtime) and machine."""
     from engram.tables import placement_names
 
+    # NOTE: the doctor's process serves nothing: it reads what registration left in
+    # this process's runtime.
+    runtime = get_runtime()
     report: dict[str, Any] = {
         "sglang": {"installed": installed_sglang_version(), "pinned": PINNED_SGLANG_VERSION},
         "entry_point": plugin_entry_point(),
@@ -156,8 +162,8 @@ def collect(apply_hooks: bool = True) -> dict[str, Any]:
         "placements": placement_names(),
         "families": families_report(),
         "serving": serving_report(placement_names()),
-        "hooks": hook_report() if apply_hooks else {},
-        "sgl_kernel": kernel_report(),
+        "hooks": hook_report(runtime) if apply_hooks else {},
+        "sgl_kernel": kernel_report(runtime),
         "gpu": gpu_report(),
         "host_memory": host_memory_report(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),

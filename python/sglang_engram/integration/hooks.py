@@ -1,5 +1,5 @@
 """Every place the plugin touches SGLang, as data: the shared hooks, and each model
-family's own (:attr:`sglang_engram.models.family.ModelFamily.hooks`).
+family's own (:attr:`sglang_engram.protocol.family.ModelFamily.hooks`).
 
 ``test_hook_targets`` resolves every target against the installed SGLang, so an
 upstream rename fails CI loudly.
@@ -7,8 +7,8 @@ upstream rename fails CI loudly.
 
 from __future__ import annotations
 
-from sglang_engram.integration.hook import CALL, Hook
-from sglang_engram.models.registry import FAMILIES
+from sglang_engram.protocol.hook import CALL, Hook
+from sglang_engram.protocol.registry import families
 
 SHARED_HOOKS: tuple[Hook, ...] = (
     Hook(
@@ -24,13 +24,15 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "sglang_engram.args.flags:from_cli_args_hook",
         "AFTER",
         "validate the flags and carry them to the scheduler processes",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.models.registry",
         "ModelRegistry.models",
-        "sglang_engram.models:register_architectures",
+        "sglang_engram.integration.architectures:register_architectures",
         CALL,
         "register the model architectures of the plugin's own families (the tiny model)",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.model_loader.weight_utils",
@@ -38,6 +40,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "sglang_engram.tables.weight_filter:skip_engram_tables",
         "AROUND",
         "skip reading Engram table tensors that the placement does not load",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.model_loader.weight_utils",
@@ -45,6 +48,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "sglang_engram.tables.weight_filter:skip_engram_tables",
         "AROUND",
         "the same with SGLang's default (multi-threaded) loader",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.model_loader.weight_utils",
@@ -52,6 +56,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "sglang_engram.tables.weight_filter:skip_engram_tables",
         "AROUND",
         "the same with --load-format fastsafetensors",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.model_loader.weight_utils",
@@ -59,6 +64,16 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "sglang_engram.tables.weight_filter:skip_engram_tables",
         "AROUND",
         "the same with --load-format instanttensor",
+        with_runtime=True,
+    ),
+    Hook(
+        "sglang.srt.model_executor.model_runner",
+        "ModelRunner.load_model",
+        "sglang_engram.lookahead.ssd_read_ahead:after_load_model",
+        "AFTER",
+        "hash prompts for the SSD read-ahead with the loaded model's constants (the "
+        "family's row_hasher)",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.managers.scheduler",
@@ -66,6 +81,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "sglang_engram.lookahead.ssd_read_ahead:after_add_request_to_queue",
         "AFTER",
         "start reading an admitted request's Engram rows from SSD before its prefill",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.managers.scheduler",
@@ -73,6 +89,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "sglang_engram.lookahead.ssd_read_ahead:after_process_batch_result",
         "AFTER",
         "start reading the next decode step's Engram rows from SSD once tokens are sampled",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.managers.scheduler",
@@ -83,6 +100,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "error) with a 500 instead of a dead scheduler; under the overlap scheduler, start "
         "reading the next decode step's Engram rows from SSD once its tokens are sampled; "
         "release a request's prompt read-ahead once its prefill has run",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.managers.tokenizer_manager",
@@ -91,6 +109,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "AFTER",
         "answer token ids outside an Engram model's vocabulary with a 400 instead of a "
         "dead scheduler",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.disaggregation.mooncake.conn",
@@ -137,10 +156,11 @@ SHARED_HOOKS: tuple[Hook, ...] = (
         "sglang_engram.metrics.exporter:after_init_metrics_collector",
         "AFTER",
         "export the Engram counters on SGLang's Prometheus /metrics",
+        with_runtime=True,
     ),
 )
 
 # NOTE: the shared hooks first: the flags must exist before a family's hook reads them.
-HOOKS: tuple[Hook, ...] = SHARED_HOOKS + tuple(h for f in FAMILIES for h in f.hooks)
+HOOKS: tuple[Hook, ...] = SHARED_HOOKS + tuple(h for f in families() for h in f.hooks)
 
 __all__ = ["CALL", "HOOKS", "SHARED_HOOKS", "Hook"]

@@ -16,49 +16,46 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import ImportState
 
 logger = logging.getLogger(__name__)
 
 Callback = Callable[[ModuleType], None]
 
 
-def when_imported(module_name: str, callback: Callback) -> None:
+def when_imported(state: ImportState, module_name: str, callback: Callback) -> None:
     """Call ``callback(module)`` once ``module_name`` has executed (now if it has).
 
     A module still executing counts as not imported yet; its callbacks run when it
     finishes only if it was :func:`watch`-ed before its import began."""
-    state = get_runtime().imports
     with state.lock:
         module = sys.modules.get(module_name)
-        if module is None or initializing(module_name):
+        if module is None or initializing(state, module_name):
             state.callbacks.setdefault(module_name, []).append(callback)
-            _install_finder()
+            _install_finder(state)
             return
     _fire(callback, module)
 
 
-def watch(module_name: str) -> None:
+def watch(state: ImportState, module_name: str) -> None:
     """Make sure callbacks can still be queued for ``module_name`` while it executes
     (its loader is wrapped when it is imported)."""
-    state = get_runtime().imports
     with state.lock:
         if module_name not in sys.modules:
             state.callbacks.setdefault(module_name, [])
-            _install_finder()
+            _install_finder(state)
 
 
-def initializing(module_name: str) -> bool:
+def initializing(state: ImportState, module_name: str) -> bool:
     """Whether ``module_name`` is in the middle of executing (a circular import)."""
-    if module_name in get_runtime().imports.executed:
+    if module_name in state.executed:
         return False
     spec = getattr(sys.modules.get(module_name), "__spec__", None)
     return bool(getattr(spec, "_initializing", False))
 
 
-def pending() -> list[str]:
+def pending(state: ImportState) -> list[str]:
     """Modules whose callbacks have not run yet in this process."""
-    state = get_runtime().imports
     with state.lock:
         return sorted(name for name, cbs in state.callbacks.items() if cbs)
 
@@ -70,8 +67,7 @@ def _fire(callback: Callback, module: ModuleType) -> None:
         logger.exception("sglang-engram: callback for %s failed", module.__name__)
 
 
-def _run_callbacks(module: ModuleType) -> None:
-    state = get_runtime().imports
+def _run_callbacks(state: ImportState, module: ModuleType) -> None:
     with state.lock:
         state.executed.add(module.__name__)
         callbacks = state.callbacks.pop(module.__name__, [])
@@ -82,7 +78,8 @@ def _run_callbacks(module: ModuleType) -> None:
 class _NotifyingLoader(importlib.abc.Loader):
     """Delegates to the real loader, then runs the module's callbacks."""
 
-    def __init__(self, inner: Any):
+    def __init__(self, state: ImportState, inner: Any):
+        self._state = state
         self._inner = inner
 
     def create_module(self, spec):  # type: ignore[no-untyped-def]
@@ -90,18 +87,19 @@ class _NotifyingLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
-        _run_callbacks(module)
+        _run_callbacks(self._state, module)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):
-    def __init__(self) -> None:
+    def __init__(self, state: ImportState) -> None:
+        self._state = state
         self._resolving: set[str] = set()
 
     def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
-        if fullname not in get_runtime().imports.callbacks or fullname in self._resolving:
+        if fullname not in self._state.callbacks or fullname in self._resolving:
             return None
         # NOTE: find the real spec through the remaining finders, then wrap its loader;
         # _resolving stops this finder from answering its own recursive query.
@@ -112,14 +110,13 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             self._resolving.discard(fullname)
         if spec is None or spec.loader is None:
             return None
-        spec.loader = _NotifyingLoader(spec.loader)
+        spec.loader = _NotifyingLoader(self._state, spec.loader)
         return spec
 
 
-def _install_finder() -> None:
+def _install_finder(state: ImportState) -> None:
     """Put our finder first on ``sys.meta_path`` (once per process; the caller holds the
     import state's lock)."""
-    state = get_runtime().imports
     if state.finder is None:
-        state.finder = _PostImportFinder()
+        state.finder = _PostImportFinder(state)
         sys.meta_path.insert(0, state.finder)

@@ -1,5 +1,5 @@
 """The one request guard: every request of every model family is checked here against
-what the family declares (:class:`~sglang_engram.models.request_limits.RequestLimits`)
+what the family declares (:class:`~sglang_engram.protocol.request_limits.RequestLimits`)
 before it is scheduled.
 
 SGLang 0.5.23 checks a prompt against the context length only: an empty prompt, or a
@@ -13,13 +13,13 @@ field and the value, and the server goes on serving.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_engram.args.model_facts import model_facts
-from sglang_engram.models.request_limits import RequestLimits
+from sglang_engram.protocol.model_facts import ModelFacts
+from sglang_engram.protocol.request_limits import RequestLimits
+from sglang_engram.protocol.runtime import EngramRuntime
 
 
 def first_bad_id(input_ids: Iterable[Any], bound: int) -> tuple[int, Any] | None:
@@ -135,9 +135,8 @@ class RequestGuard:
                     )
 
 
-@functools.cache
 def guard_for(
-    model_path: str | None,
+    facts: ModelFacts,
     vocab_size: int,
     tokenizer_size: int | None,
     disaggregated: bool,
@@ -145,7 +144,6 @@ def guard_for(
 ) -> RequestGuard | None:
     """The guard of the served checkpoint (``None``: not an n-gram-table model, or no
     local ``config.json`` to know its family from)."""
-    facts = model_facts(model_path)
     if facts.family is None or facts.hf_config is None:
         return None
     limits = facts.family.request_limits(facts.hf_config)
@@ -153,18 +151,26 @@ def guard_for(
     return RequestGuard(limits, bound, disaggregated, max_prompt_tokens)
 
 
-def after_validate_one_request(result: Any, manager: Any, obj: Any, input_ids: Any) -> None:
-    """AFTER ``TokenizerManager._validate_one_request(obj, input_ids)``."""
-    tokenizer = manager.tokenizer
-    args = manager.server_args
-    # NOTE: with --allow-auto-truncate SGLang cuts a long prompt instead
-    longest = None if args.allow_auto_truncate else getattr(manager, "max_req_input_len", None)
-    guard = guard_for(
-        manager.server_args.model_path,
-        int(manager.model_config.vocab_size),
-        len(tokenizer) if tokenizer is not None else None,
-        getattr(args, "disaggregation_mode", "null") != "null",
-        longest,
-    )
-    if guard is not None:
-        guard.check(obj, input_ids)
+def after_validate_one_request(runtime: EngramRuntime) -> Callable[..., None]:
+    """The AFTER hook on ``TokenizerManager._validate_one_request(obj, input_ids)``:
+    the served checkpoint's guard (built on the first request) checks each request."""
+    guards: dict[tuple[Any, ...], RequestGuard | None] = {}
+
+    def after(result: Any, manager: Any, obj: Any, input_ids: Any) -> None:
+        tokenizer = manager.tokenizer
+        args = manager.server_args
+        # NOTE: with --allow-auto-truncate SGLang cuts a long prompt instead
+        longest = None if args.allow_auto_truncate else getattr(manager, "max_req_input_len", None)
+        key = (
+            args.model_path,
+            int(manager.model_config.vocab_size),
+            len(tokenizer) if tokenizer is not None else None,
+            getattr(args, "disaggregation_mode", "null") != "null",
+            longest,
+        )
+        if key not in guards:
+            guards[key] = guard_for(runtime.model_facts(key[0]), *key[1:])
+        if guards[key] is not None:
+            guards[key].check(obj, input_ids)
+
+    return after

@@ -12,18 +12,25 @@ prompt read-ahead of the requests whose prefill ran is released
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from sglang_engram.integration import lookup_failures
+from sglang_engram.forward import lookup_failures
 from sglang_engram.lookahead import overlap_read_ahead, ssd_read_ahead
+from sglang_engram.protocol.runtime import EngramRuntime
 
 logger = logging.getLogger(__name__)
 
 
-def after_run_batch(result: Any, scheduler: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
-    lookup_failures.after_run_batch(result, scheduler, batch, *args, **kwargs)
-    overlap_read_ahead.after_run_batch(result, scheduler, batch, *args, **kwargs)
-    try:
-        ssd_read_ahead.release_prefilled(batch)
-    except Exception:  # noqa: BLE001 - a handle kept only costs memory until evicted
-        logger.exception("sglang-engram: releasing prompt read-ahead failed")
+def after_run_batch(runtime: EngramRuntime) -> Callable[..., None]:
+    """The AFTER hook on ``Scheduler.run_batch`` (see the module)."""
+
+    def after(result: Any, scheduler: Any, batch: Any, *_: Any, **__: Any) -> None:
+        lookup_failures.abort_failed(runtime.failures, batch)
+        overlap_read_ahead.read_next_step(runtime, result, scheduler, batch)
+        try:
+            ssd_read_ahead.release_prefilled(runtime, batch)
+        except Exception:  # noqa: BLE001 - a handle kept only costs memory until evicted
+            logger.exception("sglang-engram: releasing prompt read-ahead failed")
+
+    return after

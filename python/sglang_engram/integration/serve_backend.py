@@ -17,7 +17,7 @@ from sglang.cli.serve_backends import (
     ServeRequest,
 )
 
-from sglang_engram.args.model_facts import model_facts
+from sglang_engram.protocol.runtime import get_runtime
 
 
 def backend() -> ServeBackend:
@@ -48,8 +48,9 @@ def detect(request: ServeRequest) -> ServeBackendDetection:
     if request.model_path is None:
         return ServeBackendDetection.UNKNOWN
     try:
-        # NOTE: read once for the process: the flag hook of run() asks for it again.
-        facts = model_facts(request.model_path)
+        # NOTE: SGLang asks the serve backends before any plugin registers: the facts
+        # go to this process's runtime, read once (the flag hook of run() asks again).
+        facts = get_runtime().model_facts(request.model_path)
     except (OSError, ValueError):
         return ServeBackendDetection.UNKNOWN
     if facts.hf_config is None:

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from sglang_engram.lookahead.ssd_read_ahead import prefetch_next_step
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import served
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,8 @@ class OverlapReadAhead:
     """Reads each launched step's next-step rows once its tokens reach the host, in
     launch order (one worker thread when ``threaded``)."""
 
-    def __init__(self, threaded: bool):
+    def __init__(self, runtime: EngramRuntime, threaded: bool):
+        self._runtime = runtime
         # NOTE: rid -> (output position of the first token, tokens sampled from there on
         # that the scheduler may not have processed yet); only the last batch's requests
         self._sampled: dict[str, tuple[int, list[int]]] = {}
@@ -101,24 +102,26 @@ class OverlapReadAhead:
             sequences.append((r.prompt_tail, r.output_tail + newest))
         self._sampled = sampled
         if sequences:
-            prefetch_next_step(sequences)
+            prefetch_next_step(self._runtime, sequences)
 
 
-def after_run_batch(result: Any, scheduler: Any, batch: Any, *_: Any, **__: Any) -> None:
-    """AFTER ``Scheduler.run_batch`` under the overlap scheduler: read the next decode
+def read_next_step(runtime: EngramRuntime, result: Any, scheduler: Any, batch: Any) -> None:
+    """After ``Scheduler.run_batch`` under the overlap scheduler: read the next decode
     step's rows of the batch's requests once its tokens are sampled (see the module)."""
-    if not getattr(scheduler, "enable_overlap", False) or served.hasher() is None:
+    hasher = served.hasher(runtime.tables)
+    if not getattr(scheduler, "enable_overlap", False) or hasher is None:
         return
     try:
-        ran = _launched(result, batch)
+        ran = _launched(result, batch, hasher.window)
         if ran is not None:
-            _reader().submit(result, ran)
+            _reader(runtime).submit(result, ran)
     except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
         logger.exception("sglang-engram: decode prefetch failed; lookups will read on demand")
 
 
-def _launched(result: Any, batch: Any) -> list[Ran] | None:
-    """The requests whose next step this batch's tokens decide, or None."""
+def _launched(result: Any, batch: Any, n: int) -> list[Ran] | None:
+    """The requests whose next step this batch's tokens decide (with their last ``n``
+    tokens), or None."""
     if result is None or getattr(result, "next_token_ids", None) is None:
         return None
     # NOTE: a delayed sample (grammars) is copied later; a speculative step samples
@@ -129,7 +132,6 @@ def _launched(result: Any, batch: Any) -> list[Ran] | None:
     mode = batch.forward_mode
     if (spec is not None and not spec.is_none()) or not (mode.is_decode() or mode.is_extend()):
         return None
-    n = served.hasher().window
     return [
         Ran(
             i,
@@ -143,11 +145,11 @@ def _launched(result: Any, batch: Any) -> list[Ran] | None:
     ]
 
 
-def _reader() -> OverlapReadAhead:
-    state = get_runtime().read_ahead
+def _reader(runtime: EngramRuntime) -> OverlapReadAhead:
+    state = runtime.read_ahead
     with state.lock:
         if state.overlap is None:
             # NOTE: on a GPU the tokens reach the host after the forward pass, which the
             # scheduler does not wait for; SGLang's CPU engine has finished it already.
-            state.overlap = OverlapReadAhead(threaded=torch.cuda.is_available())
-        return state.overlap
+            state.overlap = OverlapReadAhead(runtime, threaded=torch.cuda.is_available())
+        return state.overlap  # type: ignore[return-value]

@@ -9,7 +9,7 @@ Row ids depend on token ids alone, so they are known early:
   step looks up (the n-grams ending at each new token) follow from them.
 
 The scheduler process hashes those tokens with the served model family's
-:class:`~sglang_engram.lookahead.row_hasher.RowHasher` (``tables.served.hasher()``) and
+:class:`~sglang_engram.protocol.row_hasher.RowHasher` (``tables.served.hasher()``) and
 every prefetching (``ssd``) table starts reading the rows in the background; the lookups
 take them from the table's prefetch handles.
 Tables without ``prefetch`` (hbm, dram) need no read-ahead, and nothing is hashed
@@ -19,12 +19,13 @@ when no table prefetches.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from engram.ssd.prefetch import PrefetchHandle
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import served
 
 logger = logging.getLogger(__name__)
@@ -36,14 +37,14 @@ Target = tuple[int, object, int]
 PROMPT_HANDLES = "_engram_prompt_handles"
 
 
-def _targets() -> list[Target]:
-    hasher = served.hasher()
+def _targets(runtime: EngramRuntime) -> list[Target]:
+    hasher = served.hasher(runtime.tables)
     if hasher is None:
         return []
     layer_ids = hasher.layer_ids
     return [
         (layer_ids.index(entry.layer_id), entry.table, entry.row_start)
-        for entry in served.served()
+        for entry in served.served(runtime.tables)
         # NOTE: an HBM hot-row cache in front passes prefetch on to its ssd table.
         if entry.layer_id in layer_ids
     ]
@@ -64,21 +65,21 @@ def _prefetch(
     return started
 
 
-def prefetch_prompt(token_ids: Sequence[int]) -> list[PrefetchHandle]:
+def prefetch_prompt(runtime: EngramRuntime, token_ids: Sequence[int]) -> list[PrefetchHandle]:
     """Start reading the rows of ``token_ids`` (a whole prompt, from its start) in every
     prefetching table; returns the handles, one per table that started."""
-    targets = _targets()
+    targets = _targets(runtime)
     if not targets or not token_ids:
         return []
-    started = _prefetch(targets, served.hasher().prompt_rows(token_ids))
+    started = _prefetch(targets, served.hasher(runtime.tables).prompt_rows(token_ids))
     return [handle for _, handle in started]
 
 
-def release_prefilled(batch: object) -> int:
+def release_prefilled(runtime: EngramRuntime, batch: object) -> int:
     """Release the prompt handles of ``batch``'s requests whose prefill it ran to the end
     (after ``run_batch``: its lookups are done); returns how many. Every lookup searches
     every live handle, so a prefilled prompt's handle only costs."""
-    if served.hasher() is None or not batch.forward_mode.is_extend():
+    if served.hasher(runtime.tables) is None or not batch.forward_mode.is_extend():
         return 0
     released = 0
     for req in batch.reqs:
@@ -91,14 +92,17 @@ def release_prefilled(batch: object) -> int:
     return released
 
 
-def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> int:
+def prefetch_next_step(
+    runtime: EngramRuntime, sequences: Sequence[tuple[Sequence[int], Sequence[int]]]
+) -> int:
     """Start reading the rows the next decode step looks up: for each running request
     ``(prompt ids, output ids so far)``, the n-grams ending at its newest token. Releases
     the previous step's handles. Returns how many tables started."""
-    targets = _targets()
+    targets = _targets(runtime)
     if not targets:
         return 0
-    n = served.hasher().window
+    hasher = served.hasher(runtime.tables)
+    n = hasher.window
     # NOTE: only the last N tokens matter; slicing keeps this O(N) per request.
     tails = [
         tail
@@ -107,14 +111,14 @@ def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]])
     ]
     if not tails:
         return 0
-    row_ids = served.hasher().step_rows(tails)
+    row_ids = hasher.step_rows(tails)
     # NOTE: urgent: the next step looks these up within a step's time, while a queued
     # prompt's rows are not needed before its prefill.
     started = _prefetch(targets, row_ids, urgent=True)
     # NOTE: one live decode handle per table (the runtime holds them): the next step's
     # handle replaces (releases) the previous one, so handles never pile up in front of
     # the lookups.
-    state = get_runtime().read_ahead
+    state = runtime.read_ahead
     with state.lock:
         previous = [state.decode_handles.pop(id(table), None) for table, _ in started]
         state.decode_handles.update((id(table), handle) for table, handle in started)
@@ -124,46 +128,69 @@ def prefetch_next_step(sequences: Sequence[tuple[Sequence[int], Sequence[int]]])
     return len(started)
 
 
-def after_add_request_to_queue(
-    result: object, scheduler: object, req: object, *_: object, **__: object
-) -> None:
-    """AFTER ``Scheduler._add_request_to_queue``: prefetch the rows the queued request's
-    prefill will look up (its prompt, plus its outputs when it was retracted). A PD
-    decode worker never prefills, so it reads nothing here."""
-    if served.hasher() is None:
-        return  # no prefetching table: nothing to hash
-    try:
-        mode = getattr(getattr(scheduler, "disaggregation_mode", None), "name", "NULL")
-        if mode == "DECODE" or req.finished():
-            return
-        handles = prefetch_prompt([*req.origin_input_ids, *req.output_ids])
-        # NOTE: a retracted request is queued again: its earlier handles go first.
-        for handle in vars(req).pop(PROMPT_HANDLES, []):
-            handle.release()
-        if handles:
-            setattr(req, PROMPT_HANDLES, handles)
-    except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
-        logger.exception("sglang-engram: admission prefetch failed; lookups will read on demand")
+def after_add_request_to_queue(runtime: EngramRuntime) -> Callable[..., None]:
+    """The AFTER hook on ``Scheduler._add_request_to_queue``: prefetch the rows the
+    queued request's prefill will look up (its prompt, plus its outputs when it was
+    retracted). A PD decode worker never prefills, so it reads nothing here."""
+
+    def after(result: object, scheduler: object, req: object, *_: object, **__: object) -> None:
+        if served.hasher(runtime.tables) is None:
+            return  # no prefetching table: nothing to hash
+        try:
+            mode = getattr(getattr(scheduler, "disaggregation_mode", None), "name", "NULL")
+            if mode == "DECODE" or req.finished():
+                return
+            handles = prefetch_prompt(runtime, [*req.origin_input_ids, *req.output_ids])
+            # NOTE: a retracted request is queued again: its earlier handles go first.
+            for handle in vars(req).pop(PROMPT_HANDLES, []):
+                handle.release()
+            if handles:
+                setattr(req, PROMPT_HANDLES, handles)
+        except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
+            logger.exception(
+                "sglang-engram: admission prefetch failed; lookups will read on demand"
+            )
+
+    return after
 
 
-def after_process_batch_result(
-    result: object, scheduler: object, batch: object, *_: object, **__: object
-) -> None:
-    """AFTER ``Scheduler.process_batch_result``: prefetch the next decode step's rows
-    of every request that sampled a token in this batch and is still running.
+def after_process_batch_result(runtime: EngramRuntime) -> Callable[..., None]:
+    """The AFTER hook on ``Scheduler.process_batch_result``: prefetch the next decode
+    step's rows of every request that sampled a token in this batch and is still running.
 
     NOTE: the overlap scheduler launches the next step before it processes this one's
     result, so the rows would arrive after that step looked them up: there
     ``overlap_read_ahead`` reads them from ``run_batch``'s result instead."""
-    if getattr(scheduler, "enable_overlap", False) or served.hasher() is None:
-        return
-    try:
-        sequences = [
-            (req.origin_input_ids, req.output_ids)
-            for req in getattr(batch, "reqs", None) or []
-            if req.output_ids and not req.finished()
-        ]
-        if sequences:
-            prefetch_next_step(sequences)
-    except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
-        logger.exception("sglang-engram: decode prefetch failed; lookups will read on demand")
+
+    def after(result: object, scheduler: object, batch: object, *_: object, **__: object) -> None:
+        if getattr(scheduler, "enable_overlap", False) or served.hasher(runtime.tables) is None:
+            return
+        try:
+            sequences = [
+                (req.origin_input_ids, req.output_ids)
+                for req in getattr(batch, "reqs", None) or []
+                if req.output_ids and not req.finished()
+            ]
+            if sequences:
+                prefetch_next_step(runtime, sequences)
+        except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
+            logger.exception("sglang-engram: decode prefetch failed; lookups will read on demand")
+
+    return after
+
+
+def after_load_model(runtime: EngramRuntime) -> Callable[..., None]:
+    """The AFTER hook on ``ModelRunner.load_model``: with ``ssd`` tables and prefetch on,
+    the served model's family builds the read-ahead's hash from what the loaded model
+    holds (``ModelFamily.row_hasher``), so the scheduler reads rows before the lookups."""
+
+    def after(result: object, runner: Any, *_: object, **__: object) -> None:
+        config = runtime.serving_config()
+        if getattr(runner, "is_draft_worker", False) or config.offload != "ssd":
+            return
+        family = runtime.model_facts(runner.model_config.model_path).family
+        hasher = family.row_hasher(runner.model) if family is not None and config.prefetch else None
+        if hasher is not None:
+            served.set_hasher(runtime.tables, hasher)
+
+    return after

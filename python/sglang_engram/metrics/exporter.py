@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from engram.tables import TableCounters
@@ -36,7 +37,7 @@ from sglang_engram.metrics.names import (
     TABLE_BYTES,
     UNIQUE_ROWS,
 )
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import served
 
 logger = logging.getLogger(__name__)
@@ -45,9 +46,12 @@ LATENCY_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0
 
 
 class EngramMetrics:
-    def __init__(self, interval_s: float = 1.0, *, export_requests: bool = True):
+    def __init__(
+        self, runtime: EngramRuntime, interval_s: float = 1.0, *, export_requests: bool = True
+    ):
         from prometheus_client import Counter, Gauge, Histogram
 
+        self.runtime = runtime
         self.export_requests = export_requests
         self.rows = Counter(ROWS_REQUESTED, "Engram rows requested", ["layer"])
         self.unique = Counter(
@@ -99,10 +103,11 @@ class EngramMetrics:
 
     def update(self) -> None:
         """Fold what the tables counted since the last call into the metrics."""
-        for tier, n in served.memory_by_tier().items():
+        tables = self.runtime.tables
+        for tier, n in served.memory_by_tier(tables).items():
             self.table_bytes.labels(tier=tier).set(n)
         hot = total = cache_hits = cache_reads = 0
-        entries = served.served()
+        entries = served.served(tables)
         for entry in entries:
             counters = entry.table.counters
             if counters.on_duration is None:
@@ -143,15 +148,19 @@ def _grown(now: dict[str, Any], last: dict[str, Any], key: str) -> int:
     return now.get(key, 0) - last.get(key, 0)
 
 
-def after_init_metrics_collector(result: object, scheduler: object, *args: object) -> None:
-    """AFTER ``Scheduler.init_metrics_collector``: start ours (the runtime holds it) if
-    SGLang exports metrics."""
-    from sglang.srt.runtime_context import get_observability, get_parallel
+def after_init_metrics_collector(runtime: EngramRuntime) -> Callable[..., None]:
+    """The AFTER hook on ``Scheduler.init_metrics_collector``: start ours (``runtime``
+    holds it) if SGLang exports metrics."""
 
-    runtime = get_runtime()
-    with runtime.lock:
-        if not get_observability().enable_metrics or runtime.metrics is not None:
-            return
-        runtime.metrics = EngramMetrics(export_requests=get_parallel().tp_rank == 0)
-        runtime.metrics.start()
-    logger.info("sglang-engram: exporting %s* metrics", PREFIX)
+    def after(result: object, scheduler: object, *args: object) -> None:
+        from sglang.srt.runtime_context import get_observability, get_parallel
+
+        with runtime.lock:
+            if not get_observability().enable_metrics or runtime.metrics is not None:
+                return
+            metrics = EngramMetrics(runtime, export_requests=get_parallel().tp_rank == 0)
+            runtime.metrics = metrics
+            metrics.start()
+        logger.info("sglang-engram: exporting %s* metrics", PREFIX)
+
+    return after

@@ -16,14 +16,15 @@ from engram.ssd.prefetch import DEFAULT_PREFETCH_BYTES
 from engram.ssd.readers import DEFAULT_READER
 from engram.ssd.seeding import SeedRows
 from engram.tables import EngramTable, TableOptions, open_table
-from sglang_engram.args.model_facts import model_facts
-from sglang_engram.args.server_config import EngramServerConfig
-from sglang_engram.models.family import ModelFamily
+from sglang_engram.protocol.family import ModelFamily
+from sglang_engram.protocol.runtime import EngramRuntime
+from sglang_engram.protocol.server_config import EngramServerConfig
 from sglang_engram.tables import served
 from sglang_engram.tables.ssd_dirs import checkpoint_source
 
 
 def open_layer_table(
+    runtime: EngramRuntime,
     config: EngramServerConfig,
     family: ModelFamily,
     layer_id: int,
@@ -37,18 +38,20 @@ def open_layer_table(
 ) -> EngramTable:
     """Rows ``rows`` of layer ``layer_id``'s table (all of them, or a TP shard's, whose
     directory suffix is ``shard``) in ``config.offload``, registered as served: from
-    the loaded ``weight`` and ``scale`` (hbm, dram) or from the checkpoint (ssd)."""
+    the loaded ``weight`` and ``scale`` (hbm, dram) or from the checkpoint (ssd), in
+    ``config``'s placement; registered in ``runtime``'s served tables."""
     model_path = serving_model_path()
     options = layer_table_options(
-        config, family, layer_id, rows=rows, head_dim=head_dim, device=device, shard=shard,
+        runtime, config, family, layer_id, rows=rows, head_dim=head_dim, device=device, shard=shard,
         model_path=model_path,
     )  # fmt: skip
     table = open_table(options, weight, scale)
-    served.add(layer_id, table, row_start=rows[0])
+    served.add(runtime.tables, layer_id, table, row_start=rows[0])
     return table
 
 
 def layer_table_options(
+    runtime: EngramRuntime,
     config: EngramServerConfig,
     family: ModelFamily,
     layer_id: int,
@@ -63,7 +66,7 @@ def layer_table_options(
     HBM hot cache and, for ssd, of the RAM cache and the read-ahead budget, and the
     rows of ``--engram-seed-profile`` to seed its RAM cache with."""
     # NOTE: the family's own count when there is no local config.json (a hub id).
-    tables = len(family.table_layers(model_facts(model_path).hf_config))
+    tables = len(family.table_layers(runtime.model_facts(model_path).hf_config))
     num_rows, hot_cache_bytes = rows[1] - rows[0], config.hot_cache_bytes // tables
     if config.offload != "ssd":
         return TableOptions(
@@ -75,7 +78,7 @@ def layer_table_options(
         "ssd", device=device, head_dim=head_dim, num_rows=num_rows,
         hot_cache_bytes=hot_cache_bytes,
         path=table_dir(config.ssd_dir, layer_id, shard),
-        source=checkpoint_source(model_path, layer_id, rows),
+        source=checkpoint_source(runtime.tables, family, model_path, layer_id, rows),
         read=config.ssd_read or DEFAULT_READER,
         ram_cache_bytes=config.ram_cache_bytes // tables,
         prefetch_bytes=DEFAULT_PREFETCH_BYTES // tables,

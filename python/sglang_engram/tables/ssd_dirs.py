@@ -18,13 +18,20 @@ from typing import Any
 from engram.errors import EngramTableError
 from engram.ssd.directory import table_dir
 from engram.ssd.sources import RowRange
-from sglang_engram.models.family import HfConfig, ModelFamily, TableShard
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.family import HfConfig, ModelFamily, TableShard
+from sglang_engram.protocol.runtime import TableState
 
 
-def checkpoint_source(model_path: str | Path, layer_id: int, rows: tuple[int, int] | None):
-    """The checkpoint's rows of one layer (a row range of them for a TP shard)."""
-    tables = _checkpoint_tables(Path(model_path))
+def checkpoint_source(
+    state: TableState,
+    family: ModelFamily,
+    model_path: str | Path,
+    layer_id: int,
+    rows: tuple[int, int] | None,
+):
+    """The checkpoint's rows of one layer (a row range of them for a TP shard), in the
+    family's checkpoint format."""
+    tables = _checkpoint_tables(state, Path(model_path), family.checkpoint_format)
     if layer_id not in tables:
         raise EngramTableError(f"checkpoint {model_path} has no Engram table for layer {layer_id}")
     source = tables[layer_id]
@@ -33,7 +40,9 @@ def checkpoint_source(model_path: str | Path, layer_id: int, rows: tuple[int, in
     return source
 
 
-def _checkpoint_tables(checkpoint: Path) -> dict[int, Any]:
+def _checkpoint_tables(
+    state: TableState, checkpoint: Path, format_name: str | None
+) -> dict[int, Any]:
     """``find_tables`` of ``checkpoint``, read once per process while its files stay
     the same (the startup check asks once per layer and TP shard)."""
     from engram.ssd.checkpoint import find_tables
@@ -43,11 +52,10 @@ def _checkpoint_tables(checkpoint: Path) -> dict[int, Any]:
         (p.name, p.stat().st_size, p.stat().st_mtime_ns)
         for p in sorted(checkpoint.glob("*.safetensors"))
     )
-    key = (str(checkpoint.resolve()), files)
-    state = get_runtime().tables
+    key = (str(checkpoint.resolve()), format_name, files)
     with state.lock:
         if key not in state.checkpoints:
-            state.checkpoints[key] = find_tables(checkpoint)
+            state.checkpoints[key] = find_tables(checkpoint, format_name)
         return state.checkpoints[key]
 
 
@@ -63,6 +71,7 @@ def table_dirs(
 
 
 def space_needed(
+    state: TableState,
     ssd_dir: Path,
     family: ModelFamily,
     hf_config: HfConfig,
@@ -82,7 +91,9 @@ def space_needed(
             # (serving converts from the checkpoint's files and fails without them).
             write += family.disk_bytes(hf_config, shard)
             continue
-        decision = decide(path, checkpoint_source(model_path, shard.layer_id, shard.rows))
+        decision = decide(
+            path, checkpoint_source(state, family, model_path, shard.layer_id, shard.rows)
+        )
         write += decision.write_bytes
         stale += decision.stale_bytes
     return write, stale

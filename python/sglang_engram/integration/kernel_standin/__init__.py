@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_engram.integration.kernel_standin.ops import STANDIN_OPS
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import EngramRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +54,9 @@ def gpu_present() -> bool:
     return any(glob.glob(pattern) for pattern in _GPU_DEVICE_NODES)
 
 
-def install_if_needed() -> KernelStatus:
+def install_if_needed(runtime: EngramRuntime) -> KernelStatus:
     """Use the stand-in when no GPU is present and the real ``sgl_kernel`` cannot load
     (decided once per process; the runtime holds the answer)."""
-    runtime = get_runtime()
     if runtime.kernel is None:
         runtime.kernel = _decide()
     return runtime.kernel
@@ -79,9 +78,14 @@ def _decide() -> KernelStatus:
     return _try_real()
 
 
-def status() -> KernelStatus:
+def status(runtime: EngramRuntime) -> KernelStatus:
     """What :func:`install_if_needed` decided (deciding now if it has not run)."""
-    return install_if_needed()
+    return install_if_needed(runtime)
+
+
+def standin_loaded() -> bool:
+    """Whether the ``sgl_kernel`` this process imported is the stand-in."""
+    return bool(getattr(sys.modules.get("sgl_kernel"), "STANDIN", False))
 
 
 def _try_real() -> KernelStatus:

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from engram.errors import EngramConfigError
 from engram.spec import EngramSpec
-from sglang_engram.models.family import HfConfig
+from sglang_engram.protocol.family import HfConfig
 
 if TYPE_CHECKING:
-    from sglang_engram.args.server_config import EngramServerConfig
+    from sglang_engram.protocol.server_config import EngramServerConfig
 
 
 def check_servable(hf_config: HfConfig, config: EngramServerConfig) -> None:

@@ -9,14 +9,15 @@ e4m3 rows with ue8m0 block scales, row-sharded over TP on hash-column boundaries
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sglang_engram.integration.hook import Hook
-from sglang_engram.models.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
-from sglang_engram.models.request_limits import RequestLimits, config_vocab_size
+from sglang_engram.protocol.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+from sglang_engram.protocol.hook import Hook
+from sglang_engram.protocol.request_limits import RequestLimits, config_vocab_size
 
 if TYPE_CHECKING:
-    from sglang_engram.args.server_config import EngramServerConfig
+    from sglang_engram.protocol.row_hasher import RowHasher
+    from sglang_engram.protocol.server_config import EngramServerConfig
 
 UPSTREAM_TABLE = "upstream SGLang's EngramEmbedding"
 
@@ -25,10 +26,11 @@ _HOOKS = (
     Hook(
         "sglang.srt.layers.engram",
         "EngramEmbedding",
-        f"{_LAYERS}:PlacedEngramEmbedding",
+        f"{_LAYERS}:placed_engram_embedding",
         "REPLACE",
         "put DeepSeek-V4.1's Engram tables in the --engram-offload placement (upstream's "
         "own class for hbm and dram, ours for ssd, off and the hot cache)",
+        with_runtime=True,
     ),
     Hook(
         "sglang.srt.layers.engram",
@@ -44,13 +46,6 @@ _HOOKS = (
         "AROUND",
         "make DeepSeek-V4.1's Engram layers the identity when Engram is off",
     ),
-    Hook(
-        "sglang.srt.models.deepseek_v4",
-        "DeepseekV4Model.__init__",
-        f"{_LAYERS}:after_model_init",
-        "AFTER",
-        "hash DeepSeek-V4.1's prompts for the SSD read-ahead with its Engram constants",
-    ),
 )
 
 
@@ -60,6 +55,7 @@ class DeepseekV41(ModelFamily):
     tables = "Engram"
     hooks = _HOOKS
     # NOTE: the tiny model's checkpoint names them the same way, with a "model." prefix.
+    checkpoint_format = "engram"
     table_tensor = re.compile(r"(?:^|\.)layers\.(?P<layer>\d+)\.engram\.embed\.(weight|scale)$")
 
     def matches(self, hf_config: HfConfig) -> bool:
@@ -77,6 +73,11 @@ class DeepseekV41(ModelFamily):
         # NOTE: the Engram hash compresses every id through a token map built from the
         # tokenizer, one entry per tokenizer id.
         return RequestLimits(config_vocab_size(hf_config), within_tokenizer=True)
+
+    def row_hasher(self, model: Any) -> RowHasher | None:
+        from sglang_engram.models.deepseek_v41.row_hasher import upstream_row_hasher
+
+        return upstream_row_hasher(model)
 
     def upstream_serves(self, config: EngramServerConfig) -> bool:
         """Whether upstream SGLang's own ``EngramEmbedding`` serves the tables: ``hbm``

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import ClassVar
 
 import torch
 from sglang.srt.environ import envs
@@ -29,17 +30,16 @@ from sglang.srt.layers.engram import Engram, EngramEmbedding
 from sglang.srt.runtime_context import get_parallel
 from torch import nn
 
-from engram.hashing import NgramHasher
-from engram.spec import FP8_BLOCK, EngramSpec
+from engram.spec import FP8_BLOCK
 from engram.ssd.directory import shard_name
 from engram.tables import EngramTable
 from engram.tables.dram import packed_host_rows
-from sglang_engram.args.server_config import EngramServerConfig, current_config
-from sglang_engram.integration import graph_breaks, lookup_failures
+from sglang_engram.forward import graph_breaks, lookup_failures
 from sglang_engram.models.deepseek_v41 import upstream_embedding
 from sglang_engram.models.deepseek_v41.family import DeepseekV41
-from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
-from sglang_engram.tables import served, weight_filter
+from sglang_engram.protocol.runtime import EngramRuntime
+from sglang_engram.protocol.server_config import EngramServerConfig
+from sglang_engram.tables import weight_filter
 from sglang_engram.tables.opening import open_layer_table
 
 logger = logging.getLogger(__name__)
@@ -50,8 +50,12 @@ FAMILY = DeepseekV41()
 class PlacedEngramEmbedding(EngramEmbedding):
     """One layer's (TP shard of the) Engram table in our placement."""
 
+    # NOTE: this process's runtime, bound by the hook that hands the class to SGLang
+    # (:func:`placed_engram_embedding`): SGLang builds the class with upstream's arguments.
+    runtime: ClassVar[EngramRuntime]
+
     def __new__(cls, *args: object, **kwargs: object) -> EngramEmbedding:
-        config = current_config()
+        config = cls.runtime.serving_config()
         if cls is PlacedEngramEmbedding and FAMILY.upstream_serves(config):
             # NOTE: SGLang builds every layer's table through the one name
             # ``EngramEmbedding`` (in ``Engram.__init__``), and a class is replaced by a
@@ -60,7 +64,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
             # the class is chosen here: upstream's, built by its own constructor (not an
             # instance of cls, so Python skips our __init__). The base is read from the
             # class: the hook rebinds the module-level name to us.
-            return upstream_embedding.build(cls.__base__, config, *args, **kwargs)
+            return upstream_embedding.build(cls.__base__, cls.runtime, *args, **kwargs)
         return super().__new__(cls)
 
     def __init__(
@@ -78,7 +82,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
         with _device_table_branch(), torch.device("meta"):
             super().__init__(num_embeddings, dim, layer_id, column_bounds)
         parallel = get_parallel()
-        self.config: EngramServerConfig = current_config()
+        self.config: EngramServerConfig = self.runtime.serving_config()
         self.placement = self.config.offload
         self.layer_id = layer_id
         self.shard = shard_name(parallel.tp_rank, self.tp_size)
@@ -90,7 +94,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
             # holds no table and looks up zeros, which upstream's all-reduce expects.
             self.table = self._open()
         if self.placement != "dram":
-            weight_filter.skip_tables(layers={layer_id})
+            weight_filter.skip_tables(self.runtime.skips, layers={layer_id})
         weight, scale = self._load_targets()
         self.weight = nn.Parameter(weight.view(torch.float8_e4m3fn), requires_grad=False)
         self.scale = nn.Parameter(scale.view(torch.float8_e8m0fnu), requires_grad=False)
@@ -133,6 +137,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
         self, weight: torch.Tensor | None = None, scale: torch.Tensor | None = None
     ) -> EngramTable:
         return open_layer_table(
+            self.runtime,
             self.config,
             FAMILY,
             self.layer_id,
@@ -158,7 +163,9 @@ class PlacedEngramEmbedding(EngramEmbedding):
         assert self.table is not None, f"Engram layer {self.layer_id}: no table"
         local = indices - self.row_start
         owned = (local >= 0) & (local < self.rows)
-        rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
+        rows = lookup_failures.lookup(
+            self.runtime.failures, self.table, local.masked_fill(~owned, 0)
+        )
         out.copy_(rows.masked_fill(~owned.unsqueeze(-1), 0))
 
 
@@ -175,27 +182,10 @@ def engram_forward(
     return original(self, x, *args, **kwargs)
 
 
-def after_model_init(
-    result: None, model: nn.Module, config: object, *_: object, **__: object
-) -> None:
-    """AFTER ``DeepseekV4Model.__init__``: with ``ssd`` tables and prefetch on, hand
-    the model's hash constants (layout and compressed token map) to the read-ahead as
-    an ``engram.NgramHasher``, so the scheduler reads rows before the lookups."""
-    upstream = getattr(model, "engram_hasher", None)
-    server = current_config()
-    if upstream is None or server.offload != "ssd" or not server.prefetch:
-        return
-    spec = EngramSpec.from_hf_config(config)
-    served.set_hasher(
-        EngramRowHasher(
-            NgramHasher(
-                spec,
-                upstream.token_map.cpu(),
-                spec.pad_token_id,
-                image_token_id=upstream.image_token_id,
-            )
-        )
-    )
+def placed_engram_embedding(runtime: EngramRuntime) -> type[PlacedEngramEmbedding]:
+    """The class that replaces upstream's ``EngramEmbedding``, bound to ``runtime``."""
+    PlacedEngramEmbedding.runtime = runtime
+    return PlacedEngramEmbedding
 
 
 @contextmanager

@@ -25,8 +25,8 @@ from torch import nn
 from engram.fp8 import row_bytes
 from engram.tables import TableCounters
 from engram.tables.timing import LookupClock, Mark
-from sglang_engram.args.server_config import EngramServerConfig
 from sglang_engram.models.deepseek_v41.family import DeepseekV41
+from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import served
 
 logger = logging.getLogger(__name__)
@@ -36,12 +36,13 @@ ATTR = "engram_served"
 
 
 def build(
-    upstream_cls: type[nn.Module], config: EngramServerConfig, *args: object, **kwargs: object
+    upstream_cls: type[nn.Module], runtime: EngramRuntime, *args: object, **kwargs: object
 ) -> nn.Module:
-    """Upstream's ``EngramEmbedding(*args, **kwargs)`` in ``config.offload`` (hbm or dram),
-    registered for the metrics."""
+    """Upstream's ``EngramEmbedding(*args, **kwargs)`` in the placement of ``runtime``'s
+    config (hbm or dram), registered in its served tables for the metrics."""
     from sglang.srt.environ import envs
 
+    config = runtime.serving_config()
     dram = config.offload == "dram"
     with ExitStack() as switches:
         switches.enter_context(envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.override(dram))
@@ -59,7 +60,9 @@ def build(
     layer_id = args[2] if len(args) > 2 else kwargs["layer_id"]
     table = UpstreamTable(embedding, config.offload)
     setattr(embedding, ATTR, table)
-    served.add(int(layer_id), table, row_start=embedding.row_start, own_requests=True)
+    served.add(
+        runtime.tables, int(layer_id), table, row_start=embedding.row_start, own_requests=True
+    )
     logger.info(
         "sglang-engram: layer %s Engram table in %s: %s (%d rows of this rank)",
         layer_id,

@@ -16,9 +16,9 @@ from torch import nn
 
 from engram.spec import EngramSpec
 from engram.tables import EngramTable
-from sglang_engram.args.server_config import EngramServerConfig
-from sglang_engram.integration import lookup_failures
+from sglang_engram.forward import lookup_failures
 from sglang_engram.models.engram_qwen3.family import TinyEngram
+from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables.opening import open_layer_table
 
 # NOTE: the gate's |d| floor before the square root (reference §1.7).
@@ -32,7 +32,7 @@ class EngramBlock(nn.Module):
         layer_id: int,
         hidden_size: int,
         hc_mult: int,
-        config: EngramServerConfig,
+        runtime: EngramRuntime,
         prefix: str = "",
     ):
         super().__init__()
@@ -42,7 +42,9 @@ class EngramBlock(nn.Module):
         self.head_dim = spec.head_dim
         self.eps = spec.rms_norm_eps
         self.hc_mult = hc_mult
-        self.config = config
+        self.runtime = runtime
+        # NOTE: the placement it was built in (one per process when serving)
+        self.config = runtime.serving_config()
         self.wkv = ReplicatedLinear(
             spec.n_cols * spec.head_dim,
             (hc_mult + 1) * hidden_size,
@@ -71,6 +73,7 @@ class EngramBlock(nn.Module):
         self, weight: torch.Tensor | None = None, scale: torch.Tensor | None = None
     ) -> EngramTable:
         return open_layer_table(
+            self.runtime,
             self.config,
             TinyEngram(),
             self.layer_id,
@@ -86,7 +89,7 @@ class EngramBlock(nn.Module):
     def lookup(self, hash_ids: torch.Tensor) -> torch.Tensor:
         """bf16 rows ``[T, n_cols, head_dim]`` of this layer's hash ids ``[T, n_cols]``."""
         assert self.table is not None, f"Engram layer {self.layer_id}: table never loaded"
-        return lookup_failures.lookup(self.table, hash_ids)
+        return lookup_failures.lookup(self.runtime.failures, self.table, hash_ids)
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 0:

@@ -7,14 +7,15 @@ the core library's tables, and it runs without CUDA graphs unless asked.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sglang_engram.integration.hook import CALL, Hook
 from sglang_engram.models.deepseek_v41.family import DeepseekV41
-from sglang_engram.models.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+from sglang_engram.protocol.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+from sglang_engram.protocol.hook import CALL, Hook
 
 if TYPE_CHECKING:
-    from sglang_engram.args.server_config import EngramServerConfig
+    from sglang_engram.protocol.row_hasher import RowHasher
+    from sglang_engram.protocol.server_config import EngramServerConfig
 
 # NOTE: engram.model.config.ARCHITECTURE names it too (that module imports torch, which
 # register() must not); test_families checks they agree.
@@ -41,6 +42,13 @@ class TinyEngram(DeepseekV41):
 
     def implementation(self, config: EngramServerConfig) -> str:
         return OUR_TABLES
+
+    def row_hasher(self, model: Any) -> RowHasher | None:
+        from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher, hash_holder
+
+        holder = hash_holder(model)
+        # NOTE: our SlotHasher keeps the core library's NgramHasher it hashes with.
+        return None if holder is None else EngramRowHasher(holder.engram_hasher.reference)
 
     def table_shards(self, hf_config: HfConfig, tp_size: int) -> list[TableShard]:
         # NOTE: every TP rank holds (and converts, once) the whole table.

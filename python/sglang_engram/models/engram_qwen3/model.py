@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from typing import ClassVar
 
 import torch
 from sglang.srt.distributed import tensor_model_parallel_all_reduce
@@ -25,14 +26,13 @@ from sglang.srt.utils import add_prefix
 from torch import nn
 
 from engram.spec import EngramSpec
-from sglang_engram.args.server_config import EngramServerConfig, current_config
-from sglang_engram.integration import graph_breaks
-from sglang_engram.lookahead.side_stream import EarlyLookups
-from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
+from sglang_engram.forward import graph_breaks
+from sglang_engram.forward.side_stream import EarlyLookups
 from sglang_engram.models.engram_qwen3.engram_block import EngramBlock
 from sglang_engram.models.engram_qwen3.family import TinyEngram
 from sglang_engram.models.engram_qwen3.hasher import SlotHasher, load_serving_tokenizer
 from sglang_engram.models.engram_qwen3.weights import TABLE_TENSOR, route_weight
+from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import served, weight_filter
 
 logger = logging.getLogger(__name__)
@@ -80,8 +80,9 @@ class EngramQwen3DecoderLayer(nn.Module):
 
 
 class EngramQwen3Model(nn.Module):
-    def __init__(self, config, engram: EngramServerConfig, quant_config=None, prefix=""):
+    def __init__(self, config, runtime: EngramRuntime, quant_config=None, prefix=""):
         super().__init__()
+        engram = runtime.serving_config()
         self.config = config
         self.spec = EngramSpec.from_hf_config(config)
         self.embed_tokens = VocabParallelEmbedding(
@@ -99,7 +100,7 @@ class EngramQwen3Model(nn.Module):
                     i,
                     config.hidden_size,
                     hc_mult,
-                    engram,
+                    runtime,
                     prefix=add_prefix("engram", layer_prefix),
                 )
                 self.blocks.append(block)
@@ -111,9 +112,6 @@ class EngramQwen3Model(nn.Module):
         self.engram_hasher = (
             SlotHasher.for_tokenizer(self.spec, load_serving_tokenizer()) if self.blocks else None
         )
-        if self.engram_hasher is not None and engram.prefetch and engram.offload == "ssd":
-            # the scheduler hashes prompts and new tokens with it to read SSD rows ahead
-            served.set_hasher(EngramRowHasher(self.engram_hasher.reference))
         # NOTE: only device lookups go on the side stream early; an ssd lookup reads
         # files on the host, which before layer 0 would hold back every launch (the
         # read-ahead above is its prefetch).
@@ -169,15 +167,19 @@ class EngramQwen3Model(nn.Module):
 
 
 class EngramQwen3ForCausalLM(nn.Module):
+    # NOTE: this process's runtime, bound when the class is registered into SGLang's
+    # ModelRegistry (``integration.architectures``): SGLang builds it with its own arguments.
+    runtime: ClassVar[EngramRuntime]
+
     def __init__(self, config, quant_config=None, prefix: str = ""):
         super().__init__()
         self.config = config
-        self.engram = current_config()
+        self.engram = self.runtime.serving_config()
         if self.engram.offload in ("off", "ssd"):
             # off: nothing Engram is loaded; ssd: the tables stream from the files.
-            weight_filter.skip_tables(all_tables=True)
+            weight_filter.skip_tables(self.runtime.skips, all_tables=True)
         self.model = EngramQwen3Model(
-            config, self.engram, quant_config, prefix=add_prefix("model", prefix)
+            config, self.runtime, quant_config, prefix=add_prefix("model", prefix)
         )
         self.lm_head = ParallelLMHead(
             config.vocab_size,
@@ -239,7 +241,10 @@ class EngramQwen3ForCausalLM(nn.Module):
         if missing:
             raise ValueError(f"the checkpoint has no Engram table for layers {missing}")
         served.log_placement(
-            self.engram.offload, self.engram.role_name, TinyEngram().implementation(self.engram)
+            self.runtime.tables,
+            self.engram.offload,
+            self.engram.role_name,
+            TinyEngram().implementation(self.engram),
         )
 
 

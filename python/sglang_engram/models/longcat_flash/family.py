@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sglang_engram.models.family import HfConfig, ModelFamily
-from sglang_engram.models.request_limits import RequestLimits, config_vocab_size
+from sglang_engram.protocol.family import HfConfig, ModelFamily
+from sglang_engram.protocol.request_limits import RequestLimits, config_vocab_size
 
 if TYPE_CHECKING:
-    from sglang_engram.args.server_config import EngramServerConfig
+    from sglang_engram.protocol.server_config import EngramServerConfig
 
 UPSTREAM = (
     "upstream SGLang's own n-gram embedding (the plugin leaves it to upstream: in 0.5.23 its "

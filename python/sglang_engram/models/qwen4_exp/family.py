@@ -13,12 +13,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from sglang_engram.integration.hook import Hook
-from sglang_engram.models.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
-from sglang_engram.models.request_limits import RequestLimits, config_vocab_size
+from sglang_engram.protocol.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+from sglang_engram.protocol.hook import Hook
+from sglang_engram.protocol.request_limits import RequestLimits, config_vocab_size
 
 if TYPE_CHECKING:
-    from sglang_engram.args.server_config import EngramServerConfig
+    from sglang_engram.protocol.row_hasher import RowHasher
+    from sglang_engram.protocol.server_config import EngramServerConfig
 
 UPSTREAM_EMBEDDING = "upstream SGLang's Qwen4ExpNGramEmbedding"
 _UPSTREAM = "sglang.srt.models.qwen4_exp"
@@ -27,10 +28,11 @@ _HOOKS = (
     Hook(
         _UPSTREAM,
         "VocabParallelEmbedding",
-        f"{_LAYERS}:PlacedPleTable",
+        f"{_LAYERS}:placed_ple_table",
         "REPLACE",
         "put Qwen3.8-Flash-Next's PLE tables in ssd (ours) or off; upstream's own "
         "embedding for everything else",
+        with_runtime=True,
     ),
     Hook(
         _UPSTREAM,
@@ -45,14 +47,6 @@ _HOOKS = (
         f"{_LAYERS}:add_ple_embedding",
         "AROUND",
         "make Qwen3.8-Flash-Next's PLE layers add nothing when the table is off",
-    ),
-    Hook(
-        _UPSTREAM,
-        "Qwen4ExpForConditionalGeneration.load_weights",
-        f"{_LAYERS}:after_load_weights",
-        "AFTER",
-        "hash Qwen3.8-Flash-Next's prompts for the SSD read-ahead with the checkpoint's "
-        "PLE constants",
     ),
 )
 MODEL_TYPES = ("qwen4_exp", "qwen4_exp_text")
@@ -71,6 +65,7 @@ class Qwen4Exp(ModelFamily):
     tables = "PLE n-gram"
     hooks = _HOOKS
     # NOTE: the rows' shards and the per-table weight_scale (the ssd table applies it)
+    checkpoint_format = "qwen4-exp-ple"
     table_tensor = re.compile(
         r"(?:^|\.)layers\.(?P<layer>\d+)\.ple\.ple_embedding\.ngram_embedding\."
         r"(shard_\d+\.weight|weight_scale)$"
@@ -125,6 +120,11 @@ class Qwen4Exp(ModelFamily):
                 f"the PLE table; pass only --engram-offload {config.offload}"
             )
         return config, []
+
+    def row_hasher(self, model: Any) -> RowHasher | None:
+        from sglang_engram.models.qwen4_exp.layers import loaded_row_hasher
+
+        return loaded_row_hasher(model)
 
     def implementation(self, config: EngramServerConfig) -> str:
         if config.offload == "hbm":

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
@@ -30,9 +30,10 @@ from torch import nn
 
 from engram.ssd.directory import shard_name
 from engram.tables import EngramTable
-from sglang_engram.args.server_config import current_config
-from sglang_engram.integration import graph_breaks, lookup_failures
+from sglang_engram.forward import graph_breaks, lookup_failures
 from sglang_engram.models.qwen4_exp.family import Qwen4Exp
+from sglang_engram.models.qwen4_exp.row_hasher import PleLayerHash, PleRowHasher
+from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import weight_filter
 from sglang_engram.tables.opening import open_layer_table
 
@@ -47,9 +48,13 @@ _BUILDING: ContextVar[int | None] = ContextVar("sglang_engram_ple_layer", defaul
 class PlacedPleTable(VocabParallelEmbedding):
     """One PLE layer's table (this TP rank's rows) in ``ssd`` or ``off``."""
 
+    # NOTE: this process's runtime, bound by the hook that hands the class to SGLang
+    # (:func:`placed_ple_table`): SGLang builds the class with upstream's arguments.
+    runtime: ClassVar[EngramRuntime]
+
     def __new__(cls, *args: Any, **kwargs: Any) -> VocabParallelEmbedding:
         if cls is PlacedPleTable and (
-            _BUILDING.get() is None or current_config().offload in ("hbm", "dram")
+            _BUILDING.get() is None or cls.runtime.serving_config().offload in ("hbm", "dram")
         ):
             # NOTE: upstream's own class, built by its own constructor (not an instance
             # of cls, so Python skips our __init__): the hook rebinds the module-level
@@ -63,7 +68,8 @@ class PlacedPleTable(VocabParallelEmbedding):
         # and the loader read; on the meta device its rows allocate nothing.
         with torch.device("meta"):
             super().__init__(num_embeddings, embedding_dim, **kwargs)
-        self.placement = current_config().offload
+        config = self.runtime.serving_config()
+        self.placement = config.offload
         self.layer_id = _BUILDING.get()
         assert self.layer_id is not None, "built inside Qwen4ExpNGramEmbedding only"
         self.row_start = self.shard_indices.org_vocab_start_index
@@ -74,13 +80,14 @@ class PlacedPleTable(VocabParallelEmbedding):
         )
         # NOTE: no quantisation method to run after loading: the rows are not loaded here.
         self.quant_method = None
-        weight_filter.skip_tables(layers={self.layer_id})
+        weight_filter.skip_tables(self.runtime.skips, layers={self.layer_id})
         self.table: EngramTable | None = None
         if self.placement == "ssd" and self.rows:
             from sglang.srt.runtime_context import get_parallel
 
             self.table = open_layer_table(
-                current_config(),
+                self.runtime,
+                config,
                 FAMILY,
                 self.layer_id,
                 rows=(self.row_start, self.row_start + self.rows),
@@ -92,7 +99,7 @@ class PlacedPleTable(VocabParallelEmbedding):
             "sglang-engram: layer %d PLE table in %s: %s, %s",
             self.layer_id,
             self.placement,
-            FAMILY.implementation(current_config()),
+            FAMILY.implementation(config),
             self.table.memory() if self.table is not None else "nothing held",
         )
 
@@ -114,7 +121,9 @@ class PlacedPleTable(VocabParallelEmbedding):
         assert self.table is not None, f"PLE layer {self.layer_id}: no table"
         local = input_.long() - self.row_start
         owned = (local >= 0) & (local < self.rows)
-        rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
+        rows = lookup_failures.lookup(
+            self.runtime.failures, self.table, local.masked_fill(~owned, 0)
+        )
         out.copy_(rows.masked_fill(~owned.unsqueeze(-1), 0))
 
 
@@ -155,22 +164,22 @@ def add_ple_embedding(
     return original(self, residual)
 
 
-def after_load_weights(result: Any, model: nn.Module, *_: Any, **__: Any) -> None:
-    """AFTER ``Qwen4ExpForConditionalGeneration.load_weights``: with ``ssd`` tables and
-    prefetch on, hand the read-ahead the PLE hash with the constants the checkpoint
-    carried (the loaded ``layer_multipliers``, ``ngram_heads_vocab_sizes`` and
-    ``ngram_heads_offsets``), so the scheduler reads rows before the lookups."""
+def placed_ple_table(runtime: EngramRuntime) -> type[PlacedPleTable]:
+    """The class that replaces ``VocabParallelEmbedding`` in upstream's module, bound to
+    ``runtime``."""
+    PlacedPleTable.runtime = runtime
+    return PlacedPleTable
+
+
+def loaded_row_hasher(model: nn.Module) -> PleRowHasher | None:
+    """The PLE hash with the constants the checkpoint carried, as ``model`` loaded them
+    (``layer_multipliers``, ``ngram_heads_vocab_sizes``, ``ngram_heads_offsets``);
+    ``None``: it has no PLE layer."""
     from sglang.srt.models.qwen4_exp import Qwen4ExpNGramEmbedding
 
-    from sglang_engram.models.qwen4_exp.row_hasher import PleLayerHash, PleRowHasher
-    from sglang_engram.tables import served
-
-    server = current_config()
-    if server.offload != "ssd" or not server.prefetch:
-        return
     embeddings = [m for m in model.modules() if isinstance(m, Qwen4ExpNGramEmbedding)]
     if not embeddings:
-        return
+        return None
     layers = []
     for embedding in sorted(embeddings, key=lambda m: m.ple_layer_index):
         layer_id = (
@@ -185,4 +194,4 @@ def after_load_weights(result: Any, model: nn.Module, *_: Any, **__: Any) -> Non
             )
         )
     first = embeddings[0]
-    served.set_hasher(PleRowHasher(layers, first.ngram_size, first.eos_token_id))
+    return PleRowHasher(layers, first.ngram_size, first.eos_token_id)

@@ -33,7 +33,7 @@ class PleLayerHash:
 
 class PleRowHasher:
     """Global PLE row ids from token ids alone (a
-    :class:`~sglang_engram.lookahead.row_hasher.RowHasher`)."""
+    :class:`~sglang_engram.protocol.row_hasher.RowHasher`)."""
 
     def __init__(self, layers: Sequence[PleLayerHash], ngram_size: int, eos_token_id: int):
         self.layers = tuple(layers)

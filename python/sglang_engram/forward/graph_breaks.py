@@ -28,8 +28,6 @@ from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import 
     is_in_breakable_cuda_graph,
 )
 
-from sglang_engram.integration import lookup_failures
-
 __all__ = ["block_rows_into", "hash_ids_into", "is_in_breakable_cuda_graph", "owned_rows_into"]
 
 
@@ -55,7 +53,7 @@ def block_rows_into(blocks: Sequence[Any], hash_ids: torch.Tensor, out: torch.Te
     into ``out`` ``[len(blocks), T, cols, head_dim]``, one break for all layers (an
     ``ssd`` step waits for its reads once)."""
     for k, block in enumerate(blocks):
-        out[k].copy_(lookup_failures.lookup(block.table, hash_ids[:, block.hash_index]))
+        out[k].copy_(block.lookup(hash_ids[:, block.hash_index]))
 
 
 @eager_on_graph

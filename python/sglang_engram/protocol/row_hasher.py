@@ -1,9 +1,10 @@
 """What the SSD read-ahead needs of a model family's hash: the global row ids a request's
 tokens will look up, from token ids alone (:class:`RowHasher`).
 
-Each family hands the read-ahead one, built from the constants its model loaded
-(``tables.served.set_hasher``): DeepSeek-V4.1 and the tiny model an Engram hash with
-their token map, Qwen3.8-Flash-Next its PLE hash with the checkpoint's multipliers.
+Each family builds one from the constants its loaded model holds
+(``ModelFamily.row_hasher``, asked once the model is loaded): DeepSeek-V4.1 and the tiny
+model an Engram hash with their token map, Qwen3.8-Flash-Next its PLE hash with the
+checkpoint's multipliers.
 """
 
 from __future__ import annotations

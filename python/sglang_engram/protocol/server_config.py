@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from engram.files import GIB
-from sglang_engram.runtime import get_runtime
 
 ENV_VAR = "SGLANG_ENGRAM_CONFIG"
 # NOTE: underscore-prefixed, non-field names on ServerArgs are "bookkeeping": writable
@@ -112,29 +111,13 @@ def config_of(server_args: Any | None) -> EngramServerConfig | None:
     return EngramServerConfig.from_json(text) if text else None
 
 
-def current_config() -> EngramServerConfig:
-    """The config of this SGLang process (scheduler or launcher), resolved on the first
-    call and held by the runtime (:func:`use_config` sets it).
+def config_from_sglang() -> EngramServerConfig:
+    """The config of this SGLang process, from what SGLang published: the config carried
+    on its ``ServerArgs`` or in the environment, else the defaults with the role read
+    from SGLang's runtime context (a server started without our flags parsed: ``Engine``).
 
-    Falls back to the defaults, with the role read from SGLang's runtime context,
-    when the server was started without our flags having been parsed (``Engine``).
-    NOTE: first called while the model is built, inside the published context.
-    """
-    runtime = get_runtime()
-    with runtime.lock:
-        if runtime.config is None:
-            runtime.config = _resolve()
-        return runtime.config
-
-
-def use_config(config: EngramServerConfig) -> None:
-    """Serve this process with ``config`` (the launcher, once its flags are parsed)."""
-    runtime = get_runtime()
-    with runtime.lock:
-        runtime.config = config
-
-
-def _resolve() -> EngramServerConfig:
+    NOTE: this is where the config crosses into a scheduler process; the runtime calls
+    it once, while the model is built, inside the published context."""
     server_args = None
     role = "null"
     try:

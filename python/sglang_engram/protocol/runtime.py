@@ -19,21 +19,43 @@ Two kinds of state:
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sglang_engram.protocol.model_facts import ModelFacts, read_model_facts
+from sglang_engram.protocol.server_config import EngramServerConfig, config_from_sglang
 
 if TYPE_CHECKING:
     from engram.ssd.prefetch import PrefetchHandle
-    from sglang_engram.args.model_facts import ModelFacts
-    from sglang_engram.args.server_config import EngramServerConfig
-    from sglang_engram.integration.kernel_standin import KernelStatus
-    from sglang_engram.lookahead.overlap_read_ahead import OverlapReadAhead
-    from sglang_engram.lookahead.row_hasher import RowHasher
-    from sglang_engram.metrics.exporter import EngramMetrics
-    from sglang_engram.tables.served import ServedTable
+    from sglang_engram.protocol.row_hasher import RowHasher
+    from sglang_engram.protocol.served_table import ServedTable
+
+
+# ---- what the layers above keep here, as far as the runtime uses it ---------------------
+
+
+class KernelChoice(Protocol):
+    """``integration.kernel_standin``'s answer: which ``sgl_kernel`` this process uses."""
+
+    standin: bool
+
+    def describe(self) -> str: ...
+
+
+class Closable(Protocol):
+    """``lookahead.overlap_read_ahead``'s reader: closed when serving starts over."""
+
+    def close(self) -> None: ...
+
+
+class Stoppable(Protocol):
+    """``metrics.exporter``'s thread: stopped when serving starts over."""
+
+    def stop(self) -> None: ...
 
 
 # ---- the process (kept by reset) ----------------------------------------------------------
@@ -72,9 +94,9 @@ class TableState:
     entries: list[ServedTable] = field(default_factory=list)
     hasher: RowHasher | None = None
     # ``tables.ssd_dirs``: a checkpoint's tables found once while its files stay the same
-    # (keyed by path and the files' names, sizes and mtimes; the check asks per layer)
-    checkpoints: dict[tuple[str, tuple[tuple[str, int, int], ...]], dict[int, Any]] = field(
-        default_factory=dict
+    # (keyed by path, format and the files' names, sizes and mtimes; the check asks per layer)
+    checkpoints: dict[tuple[str, str | None, tuple[tuple[str, int, int], ...]], dict[int, Any]] = (
+        field(default_factory=dict)
     )
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -90,7 +112,7 @@ class SkipState:
 
 @dataclass
 class FailureState:
-    """``integration.lookup_failures``: lookups that failed since the last batch ended."""
+    """``forward.lookup_failures``: lookups that failed since the last batch ended."""
 
     messages: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -103,7 +125,7 @@ class ReadAheadState:
 
     # NOTE: id(table) -> its handle: one per table, the next step's replaces it.
     decode_handles: dict[int, PrefetchHandle] = field(default_factory=dict)
-    overlap: OverlapReadAhead | None = None
+    overlap: Closable | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -113,11 +135,11 @@ class EngramRuntime:
 
     hooks: HookState = field(default_factory=HookState)
     imports: ImportState = field(default_factory=ImportState)
-    kernel: KernelStatus | None = None
+    kernel: KernelChoice | None = None
 
-    # ``args.server_config``: the config this process serves with (resolved on first use)
+    # ``protocol.server_config``: the config this process serves with (resolved on first use)
     config: EngramServerConfig | None = None
-    # ``args.model_facts``: the served checkpoint's config.json, and how often it was read
+    # ``protocol.model_facts``: the served checkpoint's config.json, and how often it was read
     model: ModelFacts | None = None
     config_json_reads: int = 0
     tables: TableState = field(default_factory=TableState)
@@ -125,14 +147,43 @@ class EngramRuntime:
     failures: FailureState = field(default_factory=FailureState)
     read_ahead: ReadAheadState = field(default_factory=ReadAheadState)
     # ``metrics.exporter``: the exporter thread, once SGLang exports metrics
-    metrics: EngramMetrics | None = None
+    metrics: Stoppable | None = None
     # guards config, model, config_json_reads and metrics
     lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def serving_config(self) -> EngramServerConfig:
+        """The config this process serves with: the one :meth:`use_config` set (the
+        launcher, once its flags are parsed), else what SGLang published, resolved on
+        the first call (:func:`~sglang_engram.protocol.server_config.config_from_sglang`)."""
+        with self.lock:
+            if self.config is None:
+                self.config = config_from_sglang()
+            return self.config
+
+    def use_config(self, config: EngramServerConfig) -> None:
+        """Serve this process with ``config``."""
+        with self.lock:
+            self.config = config
+
+    def model_facts(self, model_path: str | None) -> ModelFacts:
+        """The facts of ``model_path``, read from its ``config.json`` on the first call and
+        held; a call for another path reads that one instead (see
+        :func:`~sglang_engram.protocol.model_facts.read_model_facts` for the errors)."""
+        key = os.path.realpath(model_path) if model_path else None
+        with self.lock:
+            if self.model is None or self.model.path != key:
+                facts = read_model_facts(key)
+                self.config_json_reads += facts.hf_config is not None
+                self.model = facts
+            return self.model
 
     def reset(self) -> None:
         """Forget everything serving resolved and built, as a fresh process would start:
         the read-ahead's handles are released and the metrics thread stops. What
-        registration did to this process stays (see the module docstring)."""
+        registration did to this process stays (see the module docstring).
+
+        NOTE: the serving states are replaced, not emptied: what is handed the runtime
+        keeps the runtime and reads its fields when it uses them."""
         with self.lock:
             handles, metrics = self.read_ahead, self.metrics
             self.config = self.model = self.metrics = None

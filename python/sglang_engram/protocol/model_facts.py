@@ -2,20 +2,19 @@
 
 The launcher's flag hook, its start-up checks and CUDA-graph policy, the ``sglang serve``
 detector and every DeepSeek-V4.1 layer of a scheduler ask for the same facts; the first
-ask reads the file and the runtime holds the answer (:func:`model_facts`).
+ask reads the file and the runtime holds the answer
+(:meth:`~sglang_engram.protocol.runtime.EngramRuntime.model_facts`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglang_engram.models.family import ModelFamily
-from sglang_engram.models.registry import family_of
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.family import ModelFamily
+from sglang_engram.protocol.registry import family_of
 
 
 @dataclass(frozen=True)
@@ -39,24 +38,16 @@ class ModelFacts:
         return self.family is not None and self.family.served
 
 
-def model_facts(model_path: str | None) -> ModelFacts:
-    """The facts of ``model_path``, read from its ``config.json`` on the first call and
-    held by the runtime; a call for another path reads that one instead.
+def read_model_facts(path: str | None) -> ModelFacts:
+    """The facts of the checkpoint at ``path`` (resolved; ``None``: no model path),
+    read from its ``config.json`` (none there: ``hf_config`` is ``None``).
 
     Raises ``OSError`` or ``ValueError`` (JSON that is not an object) for a
     ``config.json`` that cannot be read."""
-    key = os.path.realpath(model_path) if model_path else None
-    runtime = get_runtime()
-    with runtime.lock:
-        held = runtime.model
-        if held is not None and held.path == key:
-            return held
-        hf_config = None
-        path = Path(key) / "config.json" if key else None
-        if path is not None and path.is_file():
-            runtime.config_json_reads += 1
-            hf_config = json.loads(path.read_text())
-            if not isinstance(hf_config, dict):
-                raise ValueError(f"{path} holds no JSON object")
-        runtime.model = ModelFacts(key, hf_config)
-        return runtime.model
+    config_json = Path(path) / "config.json" if path else None
+    if config_json is None or not config_json.is_file():
+        return ModelFacts(path, None)
+    hf_config = json.loads(config_json.read_text())
+    if not isinstance(hf_config, dict):
+        raise ValueError(f"{config_json} holds no JSON object")
+    return ModelFacts(path, hf_config)

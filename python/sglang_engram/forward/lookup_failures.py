@@ -25,7 +25,7 @@ import torch
 
 from engram.ssd.faults import EngramIOError
 from engram.tables import EngramTable
-from sglang_engram.runtime import get_runtime
+from sglang_engram.protocol.runtime import FailureState
 
 logger = logging.getLogger(__name__)
 
@@ -36,24 +36,22 @@ def single_rank() -> bool:
     return get_parallel().tp_size == 1
 
 
-def lookup(table: EngramTable, ids: torch.Tensor) -> torch.Tensor:
-    """``table.lookup(ids)``; rows of zeros, recorded as a failure, if it fails with an
-    I/O or checksum error on a single-rank server."""
+def lookup(state: FailureState, table: EngramTable, ids: torch.Tensor) -> torch.Tensor:
+    """``table.lookup(ids)``; rows of zeros, recorded as a failure in ``state``, if it
+    fails with an I/O or checksum error on a single-rank server."""
     try:
         return table.lookup(ids)
     except EngramIOError as err:
         if not single_rank():
             raise
         logger.error("sglang-engram: Engram lookup failed, aborting its batch: %s", err)
-        state = get_runtime().failures
         with state.lock:
             state.messages.append(str(err))
         return torch.zeros((*ids.shape, table.head_dim), dtype=torch.bfloat16, device=table.device)
 
 
-def after_run_batch(result: Any, scheduler: Any, batch: Any, *_: Any, **__: Any) -> None:
-    """AFTER ``Scheduler.run_batch``: abort the batch's requests if a lookup failed."""
-    state = get_runtime().failures
+def abort_failed(state: FailureState, batch: Any) -> None:
+    """After ``Scheduler.run_batch``: abort the batch's requests if a lookup failed."""
     with state.lock:
         failures = list(state.messages)
         state.messages.clear()

@@ -3,9 +3,12 @@
 A hook names an upstream module, an attribute path inside it, our function (as
 ``"module:name"``, imported only when the upstream module is) and how it is applied:
 one of SGLang's ``HookType`` names, or ``CALL`` for a registration that runs our
-function once with the upstream module. The shared hooks are in
+function once with the upstream module. A hook whose function needs this process's
+state (``with_runtime``) names a maker instead: called with the
+:class:`~sglang_engram.protocol.runtime.EngramRuntime`, it returns the function (or
+class) applied; a ``CALL`` hook's function is then called with the runtime. The shared hooks are in
 :mod:`sglang_engram.integration.hooks`; a model family declares its own
-(:mod:`sglang_engram.models.family`).
+(:mod:`sglang_engram.protocol.family`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class Hook:
     ours: str
     kind: str
     why: str
+    with_runtime: bool = False
 
     @property
     def target(self) -> str:

@@ -2,7 +2,7 @@
 shared modules ask of it.
 
 Each family is one folder under ``models/`` whose ``family.py`` defines a
-:class:`ModelFamily` subclass, listed in :mod:`sglang_engram.models.registry`. The
+:class:`ModelFamily` subclass, listed in :mod:`sglang_engram.protocol.registry`. The
 shared modules (flags and start-up checks, table opening and SSD directories, the
 weight filter, the read-ahead, ``doctor``, the metrics) ask the family of the served
 checkpoint instead of branching on its model type. A family module imports neither
@@ -17,11 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sglang_engram.integration.hook import Hook
-from sglang_engram.models.request_limits import RequestLimits
+from sglang_engram.protocol.hook import Hook
+from sglang_engram.protocol.request_limits import RequestLimits
 
 if TYPE_CHECKING:
-    from sglang_engram.args.server_config import EngramServerConfig
+    from sglang_engram.protocol.row_hasher import RowHasher
+    from sglang_engram.protocol.server_config import EngramServerConfig
 
 HfConfig = Mapping[str, Any]
 
@@ -55,6 +56,10 @@ class ModelFamily(ABC):
     # checkpoint tensors holding table rows, which the weight filter can leave unread;
     # the ``layer`` group is the layer id the table directories are named by
     table_tensor: ClassVar[re.Pattern[str] | None] = None
+    # the name of the checkpoint format its tables are stored in
+    # (``engram.ssd.checkpoint_formats.CHECKPOINT_FORMATS``: what the ssd placement
+    # converts from); None: the plugin converts none of its tables
+    checkpoint_format: ClassVar[str | None] = None
     # NOTE: True where the family's forward pass runs the core library's tables (host
     # counters, our side stream): CUDA graphs would not replay them, whatever the
     # placement, unless the user asks for graphs.
@@ -96,6 +101,12 @@ class ModelFamily(ABC):
         and what changed, for the log; raises ``EngramConfigError`` for flags that
         contradict each other."""
         return config, []
+
+    def row_hasher(self, model: Any) -> RowHasher | None:
+        """The hash the SSD read-ahead runs in the scheduler, built from the constants
+        ``model`` (as SGLang loaded it) holds; ``None``: nothing of this family is read
+        ahead. Asked once the model is loaded, with ``ssd`` tables and prefetch on."""
+        return None
 
     def table_tensor_layer(self, name: str) -> int | None:
         """The layer of a checkpoint tensor that holds table rows, else ``None``."""
