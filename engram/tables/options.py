@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -21,12 +21,19 @@ from engram.ssd.readers import DEFAULT_READER
 from engram.ssd.seeding import SeedRows
 from engram.ssd.sources import RowSource
 
-if TYPE_CHECKING:
-    from engram.tables.base import EngramTable
+
+class PlacementClass(Protocol):
+    """What the options read of a placement's table class (an
+    ``engram.tables.base.EngramTable`` subclass, whose ``open`` takes these options)."""
+
+    placement: ClassVar[str]
+    options: ClassVar[frozenset[str]]
+    hot_cache: ClassVar[bool]
+
 
 # NOTE: name -> table class, in registration order (the order of the CLI choices);
 # filled by engram.tables, read here to check the options against the placement.
-PLACEMENTS: dict[str, type[EngramTable]] = {}
+PLACEMENTS: dict[str, type[PlacementClass]] = {}
 
 # NOTE: the fields every placement takes; ``hot_cache_bytes`` too, since the flag is
 # per server: only a placement whose class says ``hot_cache`` gets the cache.
@@ -80,7 +87,7 @@ class TableOptions:
             )
 
     @property
-    def table_class(self) -> type[EngramTable]:
+    def table_class(self) -> type[PlacementClass]:
         return PLACEMENTS[self.placement]
 
     @property

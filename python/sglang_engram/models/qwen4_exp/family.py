@@ -122,7 +122,7 @@ class Qwen4Exp(ModelFamily):
         return config, []
 
     def row_hasher(self, model: Any) -> RowHasher | None:
-        from sglang_engram.models.qwen4_exp.layers import loaded_row_hasher
+        from sglang_engram.models.qwen4_exp.row_hasher import loaded_row_hasher
 
         return loaded_row_hasher(model)
 

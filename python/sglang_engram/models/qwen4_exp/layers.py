@@ -32,7 +32,6 @@ from engram.ssd.directory import shard_name
 from engram.tables import EngramTable
 from sglang_engram.forward import graph_breaks, lookup_failures
 from sglang_engram.models.qwen4_exp.family import Qwen4Exp
-from sglang_engram.models.qwen4_exp.row_hasher import PleLayerHash, PleRowHasher
 from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import weight_filter
 from sglang_engram.tables.opening import open_layer_table
@@ -169,29 +168,3 @@ def placed_ple_table(runtime: EngramRuntime) -> type[PlacedPleTable]:
     ``runtime``."""
     PlacedPleTable.runtime = runtime
     return PlacedPleTable
-
-
-def loaded_row_hasher(model: nn.Module) -> PleRowHasher | None:
-    """The PLE hash with the constants the checkpoint carried, as ``model`` loaded them
-    (``layer_multipliers``, ``ngram_heads_vocab_sizes``, ``ngram_heads_offsets``);
-    ``None``: it has no PLE layer."""
-    from sglang.srt.models.qwen4_exp import Qwen4ExpNGramEmbedding
-
-    embeddings = [m for m in model.modules() if isinstance(m, Qwen4ExpNGramEmbedding)]
-    if not embeddings:
-        return None
-    layers = []
-    for embedding in sorted(embeddings, key=lambda m: m.ple_layer_index):
-        layer_id = (
-            sorted({int(i) for i in embedding.config.ple_layer_ids})[embedding.ple_layer_index] - 1
-        )
-        layers.append(
-            PleLayerHash(
-                layer_id,
-                embedding.layer_multipliers.detach().to("cpu", torch.int64),
-                embedding.ngram_heads_vocab_sizes.detach().to("cpu", torch.int64),
-                embedding.ngram_heads_offsets.detach().to("cpu", torch.int64),
-            )
-        )
-    first = embeddings[0]
-    return PleRowHasher(layers, first.ngram_size, first.eos_token_id)
