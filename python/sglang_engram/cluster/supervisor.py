@@ -119,9 +119,12 @@ class ProcessSupervisor:
     def _run(self) -> None:
         while True:
             if taken := self._port_in_use():
-                # NOTE: failed at once, also on a restart: a port that another process
-                # holds is not freed by waiting out a backoff, nor taken over.
+                # NOTE: failed, not restarted (a restart only gives its predecessor's
+                # ports PORT_GRACE_S): a port that another process holds is not freed
+                # by waiting out a backoff, nor taken over.
                 self._fail(taken)
+                return
+            if self._stop.is_set():
                 return
             log = ports.BindWatch(self.command.log_path, self.command.ports)
             try:
@@ -168,8 +171,10 @@ class ProcessSupervisor:
         gives its predecessor's ports ``PORT_GRACE_S`` to close."""
         deadline = time.monotonic() + (PORT_GRACE_S if self.restarts else 0.0)
         while taken := next((p for p in self.command.ports if ports.in_use(p)), None):
-            if time.monotonic() >= deadline or self._stop.wait(0.5):
+            if time.monotonic() >= deadline:
                 return f"port {taken} is in use on this node, {ports.holder(taken)}"
+            if self._stop.wait(0.5):
+                return None  # NOTE: _run sees the stop before it spawns
         return None
 
     def _spawn(self) -> subprocess.Popen[bytes]:
