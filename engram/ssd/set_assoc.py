@@ -57,3 +57,10 @@ class SetAssociativeIndex:
         slots = torch.empty_like(sorted_slots)
         slots[order] = sorted_slots
         return slots
+
+    def use_in_order(self, slots: torch.Tensor) -> None:
+        """Make ``slots`` the most recently used, each newer than the one before it."""
+        self._stamps.view(-1)[slots] = (
+            self._clock + 1 + torch.arange(slots.numel(), device=slots.device)
+        )
+        self._clock += slots.numel()

@@ -45,7 +45,7 @@ def open_table(
     if weight is not None and scale is not None:
         check_table_arrays(weight, scale, options.head_dim, options.num_rows)
     table = options.table_class.open(weight, scale, options)
-    return with_hot_cache(table, options.hot_cache_capacity)
+    return with_hot_cache(table, options.hot_cache_capacity, options.seed)
 
 
 def create_table(

@@ -155,6 +155,11 @@ class EngramTable(ABC):
         """Rows of flat ``ids`` as bf16 [n, head_dim] on ``self.device``, plus the number
         of distinct rows read and the bytes read per tier."""
 
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The bf16 rows of sorted distinct int64 ``ids``, outside every count (a cache
+        being filled, not a lookup)."""
+        return self._gather(ids)[0]
+
     @abstractmethod
     def memory(self) -> dict[str, int]:
         """Bytes this table holds per tier (``hbm``, ``dram``, ``ssd``)."""

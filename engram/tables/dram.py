@@ -8,6 +8,8 @@ once, not twice, while it is built).
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from engram.fp8 import row_bytes
@@ -15,15 +17,20 @@ from engram.tables.base import EngramTable, as_table_bytes, required_rows
 from engram.tables.gather import gather_dequant_torch
 from engram.tables.options import TableOptions
 
+logger = logging.getLogger(__name__)
+
 
 class DramTable(EngramTable):
     placement = "dram"
+    options = frozenset({"seed"})  # NOTE: the hot cache's (``with_hot_cache``), not the table's
     hot_cache = True
 
     @classmethod
     def open(
         cls, weight: torch.Tensor | None, scale: torch.Tensor | None, options: TableOptions
     ) -> DramTable:
+        if options.seed is not None and not options.hot_cache_capacity:
+            logger.warning("%s: not seeded: the table has no hot cache", options.seed.name)
         return cls(*required_rows(cls.placement, weight, scale), device=options.torch_device)
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, *, device: torch.device):

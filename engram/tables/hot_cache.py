@@ -12,11 +12,20 @@ table.
 
 from __future__ import annotations
 
+import logging
+import time
+
+import numpy as np
 import torch
 
+from engram.errors import EngramTableError
+from engram.files import MIB
 from engram.ssd.prefetch import PrefetchHandle
+from engram.ssd.seeding import SEED_BATCH_ROWS, SeedRows, fitting
 from engram.ssd.set_assoc import SetAssociativeIndex
 from engram.tables.base import EngramTable
+
+logger = logging.getLogger(__name__)
 
 
 class HotRowCache(EngramTable):
@@ -33,6 +42,7 @@ class HotRowCache(EngramTable):
         )
         self.hits = 0
         self.misses = 0
+        self.seeded_rows = 0
 
     @property
     def hit_ratio(self) -> float:
@@ -70,6 +80,39 @@ class HotRowCache(EngramTable):
         self.misses += missing.numel()
         return out[inverse], unique.numel(), tier_bytes
 
+    def seed(self, seed: SeedRows) -> None:
+        """Fill the empty cache with ``seed``'s hottest rows that fit (each set's ``ways``
+        hottest), read from the wrapped table outside its counts."""
+        ids = np.asarray(seed.ids)
+        if ids.dtype != np.int64 or ids.ndim != 1:
+            raise EngramTableError(f"{seed.name}: seed rows must be 1-D int64, got {ids.dtype}")
+        if ids.size and not 0 <= int(ids.min()) <= int(ids.max()) < self.num_rows:
+            raise EngramTableError(
+                f"{seed.name}: seed rows outside this table's {self.num_rows:,} rows"
+            )
+        started = time.perf_counter()
+        chosen = fitting(ids, self.index.n_sets, self.index.ways)  # hottest first
+        rows = torch.from_numpy(chosen).to(self.device)
+        slots = torch.empty_like(rows)
+        # NOTE: no set gets more than ``ways`` rows (``fitting``) and the cache is empty:
+        # every row gets a slot. Read in row order (the file's, for ssd).
+        order = np.argsort(chosen)
+        for start in range(0, chosen.size, SEED_BATCH_ROWS):
+            at = torch.from_numpy(order[start : start + SEED_BATCH_ROWS]).to(self.device)
+            part = rows[at]
+            slots[at] = self.index.admit(part)
+            self.values[slots[at]] = self.inner.rows(part)
+        # NOTE: the hottest newest, so the LRU evicts the coldest seeded rows first.
+        self.index.use_in_order(slots.flip(0))
+        self.seeded_rows = chosen.size
+        logger.info(
+            "%s: seeded %d rows (%.1f MiB) into the hot cache in %.2f s",
+            seed.name,
+            chosen.size,
+            chosen.size * self.values.shape[1] * self.values.element_size() / MIB,
+            time.perf_counter() - started,
+        )
+
     def prefetch(self, row_ids: torch.Tensor, *, urgent: bool = False) -> PrefetchHandle | None:
         return self.inner.prefetch(row_ids, urgent=urgent)
 
@@ -80,6 +123,7 @@ class HotRowCache(EngramTable):
             "hot_cache_hits": self.hits,
             "hot_cache_misses": self.misses,
             "hot_cache_hit_ratio": self.hit_ratio,
+            "hot_cache_seeded_rows": self.seeded_rows,
         }
 
     def memory(self) -> dict[str, int]:
@@ -92,7 +136,15 @@ class HotRowCache(EngramTable):
         self.values = self.values.new_empty((0, self.head_dim))
 
 
-def with_hot_cache(table: EngramTable, capacity_bytes: int) -> EngramTable:
+def with_hot_cache(
+    table: EngramTable, capacity_bytes: int, seed: SeedRows | None = None
+) -> EngramTable:
     """``table`` behind an HBM hot-row cache of ``capacity_bytes`` (unchanged if 0, or
-    if the table has no rows: a TP shard of a table smaller than the TP group)."""
-    return HotRowCache(table, capacity_bytes) if capacity_bytes > 0 and table.num_rows else table
+    if the table has no rows: a TP shard of a table smaller than the TP group), seeded
+    with ``seed``'s hottest rows."""
+    if capacity_bytes <= 0 or not table.num_rows:
+        return table
+    cache = HotRowCache(table, capacity_bytes)
+    if seed is not None:
+        cache.seed(seed)
+    return cache

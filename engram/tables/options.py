@@ -47,12 +47,13 @@ class TableOptions:
     ``head_dim`` and ``num_rows`` are the spec's: checked against the rows (an ``off``
     table takes its size from them). ``hot_cache_bytes`` puts an HBM cache of hot rows
     in front of a ``dram`` or ``ssd`` table (an ``hbm`` table's rows are in HBM
-    already; ``off`` has none). The rest are the ``ssd`` placement's: the table directory ``path`` (or a
-    converted checkpoint and its ``layer``), the rows to convert there when its table
-    does not hold them (``source``: a row source streaming them, or the weight and
-    scale given to the table), the read strategy, the RAM row cache and read-ahead
-    budgets, the open check (``verify``), the chunk size of a conversion and the rows
-    to seed the RAM cache with (``seed``, ranked by a frequency profile).
+    already; ``off`` has none), filled at open with the hottest rows of ``seed`` that
+    fit (rows ranked by a frequency profile). The rest are the ``ssd`` placement's: the
+    table directory ``path`` (or a converted checkpoint and its ``layer``), the rows to
+    convert there when its table does not hold them (``source``: a row source streaming
+    them, or the weight and scale given to the table), the read strategy, the RAM row
+    cache and read-ahead budgets, the open check (``verify``) and the chunk size of a
+    conversion; ``seed`` seeds its RAM cache too, in the background.
     """
 
     placement: str

@@ -141,9 +141,11 @@ class SsdTable(EngramTable):
         self._seeder: Seeder | None = None
         if options.seed is not None:
             self._check_seed(options.seed)
-            if self._cache is None:
-                logger.warning("%s: not seeded: the table has no RAM cache", options.seed.name)
-            else:
+            if self._cache is None and not options.hot_cache_capacity:
+                logger.warning(
+                    "%s: not seeded: the table has no RAM cache or hot cache", options.seed.name
+                )
+            elif self._cache is not None:
                 self._seeder = Seeder(options.seed, self._cache, self._read, self.row_bytes)
 
     def _check_seed(self, seed: SeedRows) -> None:
@@ -217,6 +219,13 @@ class SsdTable(EngramTable):
         if from_ram:
             tiers["dram"] = from_ram * self.row_bytes
         return out, unique.size, tiers
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        # NOTE: from the file, past the RAM cache and its hit and miss counts.
+        flat = ids.to("cpu", torch.int64).numpy()
+        out = np.empty((flat.size, self.row_bytes), np.uint8)
+        self._read(flat, out)
+        return self.row_format.dequantize(torch.from_numpy(out).to(self.device))
 
     def _need(self, n: int) -> np.ndarray:
         """This thread's ``need`` flags for ``n`` rows, all set."""

@@ -20,6 +20,7 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -123,6 +124,27 @@ def test_up_names_the_workers_that_ray_has_no_gpus_for(ray_cluster, env, model, 
     assert late and {late[1], late[2]} == {"prefill-0", "decode-0"}, out.stderr
     assert "started " not in out.stdout
     wait_for(lambda: ray.available_resources().get("GPU") == 2, 60, "the GPUs to be free")
+
+
+def test_up_names_the_worker_whose_port_another_process_holds(ray_cluster, env, model, tmp_path):
+    """Before the CPU cluster: the decode worker's port is held by this process. `up`
+    fails at once naming the worker and the port, instead of waiting for a start that
+    cannot succeed (SGLang, its port taken, waits in its shutdown), and stops the rest."""
+    spec, base = spec_from_example("pd-cluster-cpu.yaml", tmp_path, model)
+    decode_port = base + 3  # spec_from_example: prefill-0 on base + 2, decode-0 on base + 3
+    start = time.monotonic()
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", decode_port))
+        held.listen()
+        out = _cli(env, "up", str(spec), "--address", ray_cluster["address"], "--timeout", "300")
+    assert out.returncode == 1, out.stdout + out.stderr
+    first = out.stderr.splitlines()[0]
+    assert first.startswith(
+        f"error: decode-0 failed to start (port {decode_port} is in use on this node, "
+        f"held by pid {os.getpid()} ("
+    ), out.stderr
+    assert "Traceback" not in out.stderr and "stopped prefill-0 (pids " in out.stdout
+    assert time.monotonic() - start < 120  # not start_timeout_s (600 s)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sglang_engram.cluster.assignment import Node, assign_nodes
 from sglang_engram.cluster.plan import CPU_KV_TOKENS, build_plan
+from sglang_engram.cluster.ports import ephemeral_range
 from sglang_engram.cluster.spec import ClusterSpecError, parse_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pd-cluster.yaml"
@@ -200,6 +201,26 @@ def test_ports_and_hosts_across_nodes():
         w.url for w in plan.workers[:3]
     ]
     assert plan.router.url == "http://10.0.0.9:8000"
+
+
+def test_ports_in_the_ephemeral_range_are_warned_about(tmp_path):
+    span = ephemeral_range()
+    if span is None or span.start <= 30002:
+        pytest.skip(f"the ephemeral port range {span} holds the spec's default ports")
+    base = random.randrange(span.start, span.stop - 10)
+    raw = {"model": "/m", "transfer_backend": "fake", "base_port": base, "device": "cpu"}
+    raw["workers"] = [{"role": "prefill"}, {"role": "decode"}]
+    plan = build_plan(parse_spec(raw), [Node("10.0.0.1", 0)], router_host="10.0.0.1")
+    want = (
+        f"prefill-0 port {base}, decode-0 port {base + 1} lie in this machine's ephemeral "
+        f"port range {span.start}-{span.stop - 1}"
+    )
+    assert [w for w in plan.warnings if w.startswith(want)], plan.warnings
+    assert plan.warnings == plan.to_dict()["warnings"] and f"warning: {want}" in plan.render()
+    # The defaults lie below it.
+    del raw["base_port"]
+    plan = build_plan(parse_spec(raw), [Node("10.0.0.1", 0)], router_host="10.0.0.1")
+    assert not [w for w in plan.warnings if "ephemeral" in w], plan.warnings
 
 
 def test_shared_gpus_are_packed_as_ray_packs_them():

@@ -1,6 +1,7 @@
 """ProcessSupervisor on real processes: health, bounded restarts, whole-tree stop, a
-command that cannot start. Also the /metrics reader that `status` uses for the Engram
-gauges."""
+command that cannot start, a port another process holds (before the start, or taken
+while a real uvicorn server starts). Also the /metrics reader that `status` uses for the
+Engram gauges."""
 
 from __future__ import annotations
 
@@ -214,6 +215,84 @@ def test_a_process_that_never_answers_is_killed_after_its_start_timeout(tmp_path
     assert snap["hung_kills"] == 2 and snap["exit_codes"] == [-signal.SIGKILL] * 2
     log = Path(sup.command.log_path).read_text()
     assert log.count("after its start (start_timeout_s); killing it") == 2
+    sup.stop()
+
+
+def _listening(port: int) -> socket.socket:
+    """A socket of this process holding ``port`` on every address, as a server would."""
+    s = socket.socket()
+    s.bind(("0.0.0.0", port))
+    s.listen()
+    return s
+
+
+def _held_by_me() -> str:
+    return f"held by pid {os.getpid()} ({' '.join(psutil.Process().cmdline())[:120]})"
+
+
+def test_a_port_held_by_another_process_fails_the_start_at_once(tmp_path):
+    port, ran = _free_port(), tmp_path / "ran"
+    sup = ProcessSupervisor(
+        ProcessCommand(
+            name="decode-0",
+            argv=(sys.executable, "-c", f"open({str(ran)!r}, 'w')"),
+            log_path=str(tmp_path / "decode-0.log"),
+            health_url=f"http://127.0.0.1:{port}/health",
+            ports=(port,),
+            restart=RestartPolicy(max_restarts=3, backoff_s=60, start_timeout_s=600),
+        )
+    )
+    with _listening(port):
+        start = time.monotonic()
+        sup.start()
+        _until(lambda: sup.state == "failed", timeout_s=5)
+        assert time.monotonic() - start < 2  # no backoff, no start timeout
+    snap = sup.snapshot()
+    assert snap["error"] == f"port {port} is in use on this node, {_held_by_me()}"
+    assert snap["restarts"] == 0 and snap["pid"] is None and not ran.exists()
+    assert f"supervisor: decode-0 {snap['error']}" in Path(sup.command.log_path).read_text()
+    sup.stop()
+    assert sup.state == "failed"
+
+
+# A real uvicorn server whose lifespan never finishes shutting down, as SGLang's does not
+# when its port is taken; it binds once the file argv[2] exists.
+UVICORN = """
+import asyncio, os, sys, time, uvicorn
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+async def app(scope, receive, send):
+    while (await receive())["type"] == "lifespan.startup":
+        await send({"type": "lifespan.startup.complete"})
+    await asyncio.Event().wait()
+uvicorn.Server(uvicorn.Config(app, host="0.0.0.0", port=int(sys.argv[1]))).run()
+"""
+
+
+def test_a_port_taken_while_the_server_starts_is_seen_in_its_log_and_fails_it(tmp_path):
+    port, go = _free_port(), tmp_path / "go"
+    sup = ProcessSupervisor(
+        ProcessCommand(
+            name="decode-0",
+            argv=(sys.executable, "-c", UVICORN, str(port), str(go)),
+            log_path=str(tmp_path / "decode-0.log"),
+            health_url=f"http://127.0.0.1:{port}/health",
+            ports=(port,),
+            restart=RestartPolicy(max_restarts=3, backoff_s=60, start_timeout_s=600),
+        )
+    )
+    sup.start()
+    _until(lambda: sup.snapshot()["pid"] is not None)
+    server = psutil.Process(sup.snapshot()["pid"])
+    with _listening(port):  # taken after the check before its start
+        go.touch()
+        _until(lambda: sup.state == "failed", timeout_s=30)
+    snap = sup.snapshot()
+    assert snap["error"] == f"port {port} was taken while it started, {_held_by_me()}"
+    assert snap["restarts"] == 0 and snap["pid"] is None and not _alive(server)
+    log = Path(sup.command.log_path).read_text()
+    assert f"[Errno 98] error while attempting to bind on address ('0.0.0.0', {port})" in log
+    assert log.count("killing it") == 1
     sup.stop()
 
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import psutil
 import yaml
+from sglang_engram.cluster.ports import ephemeral_range
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -56,9 +57,15 @@ def start_up(spec: Path, home: Path, *args: str) -> subprocess.Popen:
 
 
 def free_block(n: int) -> int:
-    """A run of n consecutive free TCP ports."""
+    """A run of n consecutive free TCP ports below the kernel's ephemeral range.
+
+    NOTE: a port in that range can be taken by any outgoing connection (Ray's, the KV
+    transfer's) between this check and the moment its server binds it (CI: a decode
+    worker's port, taken while its model loaded)."""
+    span = ephemeral_range()
+    top = min(32768 if span is None else span.start, 45000) - n
     for _ in range(200):
-        base = random.randint(20000, 45000)
+        base = random.randint(20000, top)
         try:
             for port in range(base, base + n):
                 with socket.socket() as s:

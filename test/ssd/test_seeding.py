@@ -168,3 +168,58 @@ def test_rows_outside_the_table_are_refused_in_one_line(tmp_path: Path) -> None:
         f"layer 7 (profile p.npz): row {int(ranked.max()):,} is outside this table's "
         f"{ROWS:,} rows (a profile of another table?)"
     )
+
+
+@pytest.mark.parametrize("placement", ["dram", "ssd"])
+def test_a_seeded_hot_cache_serves_its_top_rows_bit_exact(tmp_path: Path, placement) -> None:
+    """The hot cache in front of a dram or ssd table (no RAM cache) starts with the
+    profile's hottest rows that fit; every lookup, of those rows or of random ones,
+    gives the unseeded table's bits."""
+    weight, scale = random_table(ROWS, DIM)
+    ranked = _ranked(ROWS)  # every row: far more than fit
+    hot = {"hot_cache_bytes": random.randint(2_000, 4_000) * DIM * 2}
+    ssd = {"path": tmp_path / "t"} if placement == "ssd" else {}
+    seeded = create_table(placement, weight, scale, **hot, **ssd, seed=SeedRows(ranked, "t"))
+    unseeded = create_table("dram", weight, scale, **hot)
+    plain = create_table("dram", weight, scale)
+    fit = fitting(ranked, seeded.index.n_sets, seeded.index.ways)
+    stats = seeded.stats()
+    assert stats["hot_cache_seeded_rows"] == fit.size == seeded.index.capacity
+    assert stats["hot_cache_hits"] == stats["hot_cache_misses"] == 0  # seeding is no lookup
+    assert seeded.counters.stats()["lookups"] == 0
+    ids = torch.from_numpy(fit[torch.randperm(fit.size).numpy()])
+    assert torch.equal(seeded.lookup(ids), plain.lookup(ids))
+    stats = seeded.stats()
+    assert (stats["hot_cache_hits"], stats["hot_cache_misses"]) == (fit.size, 0)
+    if placement == "ssd":
+        assert stats["lookup_rows_read"] == 0  # none read from the disk
+    for _ in range(3):
+        ids = torch.randint(0, ROWS, (random.randint(1, 5_000),))
+        want = plain.lookup(ids)
+        assert torch.equal(seeded.lookup(ids), want) and torch.equal(unseeded.lookup(ids), want)
+    for table in (seeded, unseeded, plain):
+        table.close()
+
+
+def test_a_hot_cache_seed_outside_the_table_is_refused() -> None:
+    weight, scale = random_table(ROWS, DIM)
+    with pytest.raises(EngramTableError, match=f"bad: seed rows outside this table's {ROWS:,}"):
+        create_table(
+            "dram", weight, scale, hot_cache_bytes=1 << 20,
+            seed=SeedRows(np.array([5, ROWS], dtype=np.int64), "bad"),
+        )  # fmt: skip
+
+
+def test_the_coldest_seeded_row_of_a_hot_cache_set_is_evicted_first() -> None:
+    weight, scale = random_table(ROWS, DIM)
+    # one set of 8 ways; the coldest row is the largest id, the way admit gives last
+    ranked = np.sort(_ranked(8))
+    table = create_table(
+        "dram", weight, scale, hot_cache_bytes=8 * DIM * 2, seed=SeedRows(ranked, "one set")
+    )
+    assert (table.index.n_sets, table.stats()["hot_cache_seeded_rows"]) == (1, 8)
+    other = np.setdiff1d(np.arange(ROWS), ranked)[:1]
+    table.lookup(torch.from_numpy(other))  # a miss, admitted in place of the coldest
+    table.lookup(torch.from_numpy(ranked[:7]))
+    table.lookup(torch.from_numpy(ranked[7:]))
+    assert (table.stats()["hot_cache_hits"], table.stats()["hot_cache_misses"]) == (7, 2)

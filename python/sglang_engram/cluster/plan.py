@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_engram.cluster.assignment import Node, assign_nodes, spread_nodes
+from sglang_engram.cluster.ports import ephemeral_warning
 from sglang_engram.cluster.spec import ClusterSpec, WorkerGroup
 from sglang_engram.cluster.state import run_dir
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
@@ -67,6 +68,24 @@ class ClusterPlan:
     router: ProcessPlan
     log_dir: str
 
+    def ports_of(self, name: str) -> dict[str, int]:
+        """The ports member ``name`` (a worker, or ``router``) binds, by what each is."""
+        if name == "router":
+            return {"port": self.router.port, "prometheus_port": self.spec.router.prometheus_port}
+        (w,) = [w for w in self.workers if w.name == name]
+        return {"port": w.port} | ({"bootstrap_port": w.bootstrap_port} if w.bootstrap_port else {})
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """Every port the cluster binds, by its member and what it is."""
+        names = [*(w.name for w in self.workers), "router"]
+        return {f"{n} {k}": p for n in names for k, p in self.ports_of(n).items()}
+
+    @property
+    def warnings(self) -> list[str]:
+        """The spec's, and ports that an outgoing connection may take on this machine."""
+        return [*self.spec.warnings, *filter(None, [ephemeral_warning(self.ports)])]
+
     def to_dict(self) -> dict[str, Any]:
         s = self.spec
         return {
@@ -76,7 +95,7 @@ class ClusterPlan:
             "device": s.device,
             "transfer_backend": s.transfer_backend,
             "log_dir": self.log_dir,
-            "warnings": s.warnings,
+            "warnings": self.warnings,
             "workers": [w.to_dict() for w in self.workers],
             "router": self.router.to_dict(),
         }
@@ -100,7 +119,7 @@ class ClusterPlan:
         lines += ["", "commands:"]
         lines += [f"  {w.name}: {w.shell}" for w in self.workers]
         lines += [f"  router: {r.shell}", "", f"logs: {self.log_dir}"]
-        return "\n".join(lines + [f"warning: {w}" for w in s.warnings])
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
 
 
 def build_plan(

@@ -6,7 +6,10 @@ answered, or none ``start_timeout_s`` after its start: a stopped or deadlocked p
 never exits by itself), restarts it after ``RestartPolicy.delay`` when it exits, gives
 up after ``max_restarts`` in a row (state ``failed``) and, on ``stop``, terminates the
 whole process tree. Whatever an incarnation held in ``/dev/shm`` is removed once its
-group has ended (``shm_files``). The process runs in a session of its own so that its children (SGLang's
+group has ended (``shm_files``). A port of the process that another process holds fails
+it at once (``failed``, the port and its holder named): checked before each start, and
+watched for in its log until it first answers (SGLang, its HTTP port taken, does not
+exit). The process runs in a session of its own so that its children (SGLang's
 scheduler and detokenizer) are stopped with it, and (on Linux) is killed by the kernel
 if the supervising process dies without stopping it.
 """
@@ -29,12 +32,14 @@ from typing import Any
 
 import psutil
 
-from sglang_engram.cluster import shm_files
+from sglang_engram.cluster import ports, shm_files
 from sglang_engram.cluster.recovery import RestartPolicy
 from sglang_engram.server_process import group_members, probe, stop_group
 
 PROBE_EVERY_S = 1.0  # how often health is asked
 SHM_LOOK_S = 30.0  # how often a healthy process's /dev/shm files are listed
+# How long a restart waits for its ports to be free (its predecessor's may be closing).
+PORT_GRACE_S = 10.0
 
 # States: starting (spawned, health not yet answered), running (healthy), unhealthy (alive,
 # its health check fails after having passed; killed as hung after hang_timeout_s),
@@ -50,6 +55,7 @@ class ProcessCommand:
     argv: tuple[str, ...]
     log_path: str
     health_url: str
+    ports: tuple[int, ...] = ()  # the TCP ports it binds, checked before each start
     env: dict[str, str] = field(default_factory=dict)  # on top of the actor's environment
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     stop_grace_s: float = 15.0
@@ -112,20 +118,30 @@ class ProcessSupervisor:
 
     def _run(self) -> None:
         while True:
+            if taken := self._port_in_use():
+                # NOTE: failed, not restarted (a restart only gives its predecessor's
+                # ports PORT_GRACE_S): a port that another process holds is not freed
+                # by waiting out a backoff, nor taken over.
+                self._fail(taken)
+                return
+            if self._stop.is_set():
+                return
+            log = ports.BindWatch(self.command.log_path, self.command.ports)
             try:
                 proc = self._spawn()
             except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 # NOTE: a command that cannot run will not run after a backoff either.
-                with self._lock:
-                    self.state, self._error = "failed", f"cannot start: {exc}"
-                self._log(self._error)
+                self._fail(f"cannot start: {exc}")
                 return
-            code = self._watch(proc)
+            code = self._watch(proc, log)
             if code is None:  # stop requested; the tree is already down
                 self._remove_shm()
                 return
             stop_group(proc, 5.0)  # what it left behind (children without a death signal)
             self._remove_shm()
+            if isinstance(code, _PortTaken):
+                self._fail(f"port {code.port} was taken while it started, {code.by}")
+                return
             with self._lock:
                 self._exit_codes.append(code)
                 if self._in_a_row >= self.command.restart.max_restarts:
@@ -144,6 +160,22 @@ class ProcessSupervisor:
                 return
             with self._lock:
                 self.state = "starting"
+
+    def _fail(self, error: str) -> None:
+        with self._lock:
+            self.state, self._error = "failed", error
+        self._log(error)
+
+    def _port_in_use(self) -> str | None:
+        """Why the process cannot start now, a port of it being taken, or None; a restart
+        gives its predecessor's ports ``PORT_GRACE_S`` to close."""
+        deadline = time.monotonic() + (PORT_GRACE_S if self.restarts else 0.0)
+        while taken := next((p for p in self.command.ports if ports.in_use(p)), None):
+            if time.monotonic() >= deadline:
+                return f"port {taken} is in use on this node, {ports.holder(taken)}"
+            if self._stop.wait(0.5):
+                return None  # NOTE: _run sees the stop before it spawns
+        return None
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         Path(self.command.log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -165,9 +197,12 @@ class ProcessSupervisor:
             self._started_at = time.time()
         return proc
 
-    def _watch(self, proc: subprocess.Popen[bytes]) -> int | None:
+    def _watch(
+        self, proc: subprocess.Popen[bytes], log: ports.BindWatch
+    ) -> int | _PortTaken | None:
         """Poll health once a second until the process exits (its code), hangs (it is
-        SIGKILLed: -9) or stop is requested (None)."""
+        SIGKILLed: -9), logs that a port of it was taken before it first answered (it
+        is SIGKILLed) or stop is requested (None)."""
         policy, started = self.command.restart, time.monotonic()
         last_ok: float | None = None  # when health last answered
         healthy_since: float | None = None  # the first answer of the current healthy run
@@ -193,6 +228,12 @@ class ProcessSupervisor:
                     self.state = "unhealthy"
                 if healthy_since is not None and now - healthy_since >= policy.reset_after_s:
                     self._in_a_row = 0
+            if last_ok is None and (port := log.failed_port()):
+                by = ports.holder(port)
+                self._log(f"port {port} was taken while it started, {by}; killing it")
+                _kill_hung(proc.pid)
+                proc.wait()
+                return _PortTaken(port, by)
             if hung := _hang(policy, now - started, None if last_ok is None else now - last_ok):
                 self._log(f"{hung}; killing it")
                 with self._lock:
@@ -213,6 +254,14 @@ class ProcessSupervisor:
         with contextlib.suppress(OSError):  # an unwritable log is reported by _spawn
             with open(self.command.log_path, "a") as f:
                 f.write(f"=== [{stamp}] supervisor: {self.command.name} {message}\n")
+
+
+@dataclass(frozen=True)
+class _PortTaken:
+    """How an incarnation ended that could not bind ``port``, held by ``by``."""
+
+    port: int
+    by: str
 
 
 def _kill_hung(pgid: int) -> None:

@@ -26,6 +26,7 @@ import psutil
 
 from sglang_engram.cluster.assignment import check_num_gpus, ray_nodes
 from sglang_engram.cluster.plan import ClusterPlan, ProcessPlan, build_plan
+from sglang_engram.cluster.ports import ephemeral_warning
 from sglang_engram.cluster.prompt_limits import longest_prompt, mismatch
 from sglang_engram.cluster.ray_session import connect
 from sglang_engram.cluster.registration import RouterError, list_workers
@@ -79,6 +80,8 @@ def up(
     try:
         driver_ip = ray.util.get_node_ip_address()
         plan = build_plan(spec, ray_nodes(spec.device), router_host=driver_ip, log_dir=log_dir)
+        if warning := ephemeral_warning(plan.ports):
+            say(f"warning: {warning}")
         Path(plan.log_dir).mkdir(parents=True, exist_ok=True)
         state = ClusterState(
             name=spec.name,
@@ -134,6 +137,7 @@ class _Cluster:
             env=p.env,
             log_path=p.log,
             health_url=f"http://127.0.0.1:{p.port}{health}",
+            ports=tuple(self.plan.ports_of(name).values()),
             restart=self.plan.spec.restart,
         )
         self.actors[name] = RemoteServerActor.options(
