@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram.models.qwen4_exp.row_hasher import PleLayerHash, PleRowHasher
+
+from engram.ple_hashing import PleLayerHash, PleRowHasher
 
 NGRAM = 3
 HEADS = 8

@@ -162,7 +162,7 @@ def after_load_weights(result: Any, model: nn.Module, *_: Any, **__: Any) -> Non
     ``ngram_heads_offsets``), so the scheduler reads rows before the lookups."""
     from sglang.srt.models.qwen4_exp import Qwen4ExpNGramEmbedding
 
-    from sglang_engram.models.qwen4_exp.row_hasher import PleLayerHash, PleRowHasher
+    from engram.ple_hashing import PleLayerHash, PleRowHasher
     from sglang_engram.tables import served
 
     server = current_config()

@@ -1,4 +1,4 @@
-"""Qwen3.8-Flash-Next's PLE n-gram hash, for the SSD read-ahead.
+"""Qwen3.8-Flash-Next's PLE n-gram hash: token ids -> PLE row ids (torch only).
 
 A token's rows depend on a window of ``ngram_size`` raw token ids ending at it: the
 token and its predecessors, where a predecessor at or before an EOS inside the window
@@ -10,7 +10,10 @@ token and PLE layer.
 
 NOTE: the constants are the ones the checkpoint carries (``layer_multipliers``,
 ``ngram_heads_vocab_sizes``, ``ngram_heads_offsets`` are loaded buffers that override
-what upstream would compute), read from the model after its weights loaded.
+what upstream would compute): the plugin's SSD read-ahead reads them from the model
+after its weights loaded, ``python -m engram.profile`` from the checkpoint's files
+(:mod:`engram.profile.ple_model`). Upstream SGLang's ``Qwen4ExpNGramEmbedding`` is the
+oracle (``test/plugin/test_qwen4_hash.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ class PleLayerHash:
 
 
 class PleRowHasher:
-    """Global PLE row ids from token ids alone (a
-    :class:`~sglang_engram.lookahead.row_hasher.RowHasher`)."""
+    """Global PLE row ids from token ids alone (the plugin's read-ahead takes it as its
+    ``RowHasher``; the profile counts through :meth:`hash_batch`)."""
 
     def __init__(self, layers: Sequence[PleLayerHash], ngram_size: int, eos_token_id: int):
         self.layers = tuple(layers)
@@ -85,4 +88,21 @@ class PleRowHasher:
         windows = [
             self.windows(torch.tensor(tail[-1:], dtype=torch.int64), tail[:-1]) for tail in tails
         ]
+        return self.rows_of_windows(torch.cat(windows))
+
+    def hash_batch(
+        self, token_ids: torch.Tensor, seq_lens: torch.Tensor, histories: torch.Tensor
+    ) -> torch.Tensor:
+        """Row ids ``[T, layers, (n - 1) * heads]`` of a ragged batch, as
+        ``engram.hashing.NgramHasher.hash_batch`` takes one: ``token_ids`` [T] the
+        pieces back to back, ``seq_lens`` [B] their lengths, ``histories`` [B, n - 1] the
+        tokens before each (``-1`` where there is none: the start reads as EOS)."""
+        pieces = torch.split(token_ids.long(), seq_lens.tolist())
+        windows = [
+            self.windows(piece, [int(t) for t in history if t >= 0])
+            for piece, history in zip(pieces, histories.tolist(), strict=True)
+            if piece.numel()
+        ]
+        if not windows:
+            return torch.empty((0, len(self.layers), self._offsets.shape[1]), dtype=torch.int64)
         return self.rows_of_windows(torch.cat(windows))
