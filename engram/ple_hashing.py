@@ -47,6 +47,10 @@ class PleRowHasher:
         self._vocab_sizes = torch.stack([layer.vocab_sizes for layer in self.layers])
         self._offsets = torch.stack([layer.offsets for layer in self.layers])
 
+    @property
+    def heads_per_ngram(self) -> int:
+        return self._vocab_sizes.shape[1] // (self.window - 1)
+
     def windows(self, tokens: torch.Tensor, context: Sequence[int] = ()) -> torch.Tensor:
         """``[T, ngram_size]`` windows of ``tokens`` (a request's next tokens) after its
         ``context`` (its last ``ngram_size - 1`` ids so far; EOS where there are fewer),
@@ -76,8 +80,7 @@ class PleRowHasher:
                 mix, shifted[:, None, order - 1] * self._multipliers[None, :, order - 1]
             )
             mixes.append(mix)
-        heads = self._vocab_sizes.shape[1] // (n - 1)
-        per_head = torch.stack(mixes, dim=2).repeat_interleave(heads, dim=2)
+        per_head = torch.stack(mixes, dim=2).repeat_interleave(self.heads_per_ngram, dim=2)
         return torch.remainder(per_head, self._vocab_sizes[None]) + self._offsets[None]
 
     def prompt_rows(self, token_ids: Sequence[int]) -> torch.Tensor:

@@ -153,8 +153,8 @@ def check_seed_profile(
     profile: str, hf_config: HfConfig | None, model_path: str | None, tokenizer_path: str | None
 ) -> None:
     """The profile must count rows through the served model's hash: its tokenizer, and
-    per Engram layer its table's row count and hash constants."""
-    from engram.profile import HashIdentity, model_hasher, read_header
+    per Engram (or PLE) layer its table's row count and hash constants."""
+    from engram.profile import HashIdentity, profile_hash, read_header
 
     flag = f"--engram-seed-profile {profile}"
     if hf_config is None:
@@ -162,7 +162,7 @@ def check_seed_profile(
     try:
         profiled = HashIdentity.from_json(read_header(profile)["identity"])
         tokenizer = tokenizer_path or model_path
-        served = HashIdentity.of(model_hasher(hf_config, tokenizer, str(model_path)))
+        _, served = profile_hash(Path(str(model_path)), hf_config, tokenizer)
     except (EngramError, OSError, ValueError) as exc:  # NOTE: OSError: transformers' loading
         raise EngramStartupError(f"{flag}: {exc}") from exc
     why = profiled.mismatch(served)
