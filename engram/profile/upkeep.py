@@ -11,7 +11,7 @@ finds the previous profile or the new one whole.
 
 A table's rows are written as rows of the whole layer (its ``row_start`` added), so the
 profiles of a TP group's shards, each written by its own process, merge into the
-layer's (``python -m engram.profile merge``). The header's ``corpus`` says
+layer's (``python -m engram.profile merge``); :func:`rank_path` names each rank's file. The header's ``corpus`` says
 ``served_rows`` (ids counted) and ``dropped_counts`` (counts a full tally let go).
 
 :func:`upkeep_for` keeps one upkeep per file per process, closed at interpreter exit and
@@ -145,6 +145,13 @@ class ProfileUpkeep:
 
 _UPKEEPS: dict[Path, ProfileUpkeep] = {}
 _REGISTRY = threading.Lock()
+
+
+def rank_path(path: str | Path, suffix: str) -> Path:
+    """The file one rank of a deployment writes: ``path`` with ``suffix`` (a TP shard's
+    ``.tp0of2``, a DP rank's ``.dp1``) before its extension."""
+    path = Path(path)
+    return path.with_name(path.stem + suffix + path.suffix) if suffix else path
 
 
 def upkeep_for(path: str | Path, identity: Callable[[], HashIdentity]) -> ProfileUpkeep:

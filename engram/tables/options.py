@@ -22,6 +22,7 @@ from engram.ssd.seeding import SeedRows
 from engram.ssd.sources import RowSource
 
 if TYPE_CHECKING:
+    from engram.profile.tally import RowTally
     from engram.tables.base import EngramTable
 
 # NOTE: name -> table class, in registration order (the order of the CLI choices);
@@ -30,7 +31,9 @@ PLACEMENTS: dict[str, type[EngramTable]] = {}
 
 # NOTE: the fields every placement takes; ``hot_cache_bytes`` too, since the flag is
 # per server: only a placement whose class says ``hot_cache`` gets the cache.
-COMMON_OPTIONS = frozenset({"placement", "device", "head_dim", "num_rows", "hot_cache_bytes"})
+COMMON_OPTIONS = frozenset(
+    {"placement", "device", "head_dim", "num_rows", "hot_cache_bytes", "tally"}
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,8 @@ class TableOptions:
     does not hold them (``source``: a row source streaming them, or the weight and
     scale given to the table), the read strategy, the RAM row cache and read-ahead
     budgets, the open check (``verify``), the chunk size of a conversion and the rows
-    to seed the RAM cache with (``seed``, ranked by a frequency profile).
+    to seed the RAM cache with (``seed``, ranked by a frequency profile). Any placement
+    counts the rows its lookups read into a ``tally`` (the served profile) when given one.
     """
 
     placement: str
@@ -62,6 +66,7 @@ class TableOptions:
     verify: str = "quick"
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     seed: SeedRows | None = field(default=None, compare=False, repr=False)
+    tally: RowTally | None = field(default=None, compare=False, repr=False)
     # NOTE: names given that are no field at all (``engram.tables.create_table``'s
     # keywords), reported with the fields the placement does not take: one error.
     unknown: InitVar[frozenset[str]] = frozenset()

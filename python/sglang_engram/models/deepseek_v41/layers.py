@@ -158,7 +158,7 @@ class PlacedEngramEmbedding(EngramEmbedding):
         assert self.table is not None, f"Engram layer {self.layer_id}: no table"
         local = indices - self.row_start
         owned = (local >= 0) & (local < self.rows)
-        rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
+        rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0), owned)
         out.copy_(rows.masked_fill(~owned.unsqueeze(-1), 0))
 
 

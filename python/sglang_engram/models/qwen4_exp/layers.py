@@ -114,7 +114,7 @@ class PlacedPleTable(VocabParallelEmbedding):
         assert self.table is not None, f"PLE layer {self.layer_id}: no table"
         local = input_.long() - self.row_start
         owned = (local >= 0) & (local < self.rows)
-        rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0))
+        rows = lookup_failures.lookup(self.table, local.masked_fill(~owned, 0), owned)
         out.copy_(rows.masked_fill(~owned.unsqueeze(-1), 0))
 
 
