@@ -181,9 +181,14 @@ class HashIdentity:
 
 def vocab_digest(tokenizer: Any) -> str:
     """A short blake2b of the tokenizer's vocabulary, token by id (a ``tokenizers.Tokenizer``
-    or anything :func:`~engram.token_map.resolve_tokenizer` takes)."""
+    or anything :func:`~engram.token_map.resolve_tokenizer` takes).
+
+    NOTE: its model's vocabulary, added tokens left out: transformers adds some of its
+    own when it loads a tokenizer directory (``<|endoftext|>`` past the tiny checkpoint's
+    2,000 ids), so the server's tokenizer and the ``tokenizer.json`` a profile was made
+    with would differ there; the EOS id the hash reads is part of the identity anyway."""
     backend, _ = resolve_tokenizer(tokenizer)
-    vocab = backend.get_vocab(with_added_tokens=True)
+    vocab = backend.get_vocab(with_added_tokens=False)
     h = hashlib.blake2b(digest_size=DIGEST_CHARS // 2)
     for token, token_id in sorted(vocab.items(), key=lambda item: item[1]):
         h.update(f"{token_id}\t{token}\n".encode())
