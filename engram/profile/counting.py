@@ -1,8 +1,9 @@
-"""Counting which rows of each Engram table a corpus looks up, through the model's hash.
+"""Counting which rows of each Engram (or PLE) table a corpus looks up, through the
+model's hash.
 
 Texts are tokenised in groups (``encode_batch``, the tokenizer's threads), their token
-ids laid back to back and hashed :data:`HASH_TOKENS` tokens at a time by
-``NgramHasher.hash_batch`` (each document hashed from its start, as a prompt is: a
+ids laid back to back and hashed :data:`HASH_TOKENS` tokens at a time by the hasher's
+``hash_batch`` (each document hashed from its start, as a prompt is: a
 batch that starts inside a document carries its last ``N - 1`` tokens as history), and
 each layer's row ids counted into a dense per-row array.
 """
@@ -15,6 +16,11 @@ import numpy as np
 import torch
 
 from engram.hashing import NO_TOKEN, NgramHasher
+from engram.ple_hashing import PleRowHasher
+from engram.profile.ranking import top_rows
+
+# NOTE: what counting needs of a hash: ``window`` and ``hash_batch`` (both kinds have them)
+BatchHasher = NgramHasher | PleRowHasher
 
 # NOTE: tokens per hash call: [T, layers, columns] int64 ids and the hasher's temporaries
 # stay near 100 MiB for DeepSeek-V4.1's 2 x 24 columns.
@@ -26,9 +32,9 @@ class RowCounts:
     4 billion times needs a corpus of far more tokens than a profile is made from, and
     DeepSeek-V4.1's 384 M rows then take 1.5 GiB per table."""
 
-    def __init__(self, hasher: NgramHasher):
+    def __init__(self, hasher: BatchHasher, table_rows: Sequence[int]):
         self.hasher = hasher
-        self.counts = [np.zeros(n, dtype=np.uint32) for n in hasher.spec.num_embeddings]
+        self.counts = [np.zeros(n, dtype=np.uint32) for n in table_rows]
         self.tokens = 0
 
     def add(self, documents: Sequence[Sequence[int]]) -> None:
@@ -70,14 +76,5 @@ class RowCounts:
     def ranked(self, index: int, top: int) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, counts) of the ``top`` most looked-up rows of table ``index`` (rows
         never looked up left out), the most first; ties by row id, also at the cut."""
-        counts = self.counts[index]
-        rows = np.flatnonzero(counts)
-        hits = counts[rows].astype(np.int64)
-        if rows.size > top:
-            kth = np.partition(hits, rows.size - top)[rows.size - top]  # the top-th most
-            above = np.flatnonzero(hits > kth)
-            ties = np.flatnonzero(hits == kth)[: top - above.size]  # NOTE: lowest ids first
-            keep = np.sort(np.r_[above, ties])
-            rows, hits = rows[keep], hits[keep]
-        order = np.lexsort((rows, -hits))
-        return rows[order], hits[order]
+        rows = np.flatnonzero(self.counts[index])
+        return top_rows(rows, self.counts[index][rows], top)

@@ -8,7 +8,7 @@ from typing import Any
 
 from engram.hashing import NgramHasher
 from engram.profile.corpus import pieces
-from engram.profile.counting import RowCounts
+from engram.profile.counting import BatchHasher, RowCounts
 from engram.profile.file import RowProfile
 from engram.profile.identity import HashIdentity
 from engram.progress import progress_bar
@@ -19,16 +19,22 @@ DEFAULT_TOP = 1 << 20
 
 
 def make_profile(
-    hasher: NgramHasher,
+    hasher: BatchHasher,
     tokenizer: Any,
     files: Sequence[Path],
     *,
     top: int = DEFAULT_TOP,
     show_progress: bool = True,
+    identity: HashIdentity | None = None,
 ) -> RowProfile:
     """The profile of the text ``files`` through ``hasher``, its texts tokenised by
-    ``tokenizer`` (a ``tokenizers.Tokenizer``; no special tokens added)."""
-    counts = RowCounts(hasher)
+    ``tokenizer`` (a ``tokenizers.Tokenizer``; no special tokens added). ``identity``:
+    the hash's (:func:`~engram.profile.model.profile_hash`; an ``NgramHasher``'s own
+    when not given)."""
+    if identity is None:
+        assert isinstance(hasher, NgramHasher), "a PLE hash's identity names its tokenizer"
+        identity = HashIdentity.of(hasher)
+    counts = RowCounts(hasher, [t.num_rows for t in identity.tables])
     total = sum(f.stat().st_size for f in files)
     group: list[str] = []
     chars = 0
@@ -51,7 +57,6 @@ def make_profile(
         if group:
             flush()
         bar.update(total - bar.n)
-    identity = HashIdentity.of(hasher)
     ranked = [counts.ranked(i, top) for i in range(len(identity.tables))]
     return RowProfile(
         identity=identity,

@@ -44,8 +44,11 @@ def open_table(
         raise EngramTableError("give both weight and scale, or neither")
     if weight is not None and scale is not None:
         check_table_arrays(weight, scale, options.head_dim, options.num_rows)
-    table = options.table_class.open(weight, scale, options)
-    return with_hot_cache(table, options.hot_cache_capacity, options.seed)
+    table = with_hot_cache(
+        options.table_class.open(weight, scale, options), options.hot_cache_capacity, options.seed
+    )
+    table.tally = options.tally  # NOTE: the outer table's lookups: the hot cache's hits too
+    return table
 
 
 def create_table(

@@ -22,6 +22,7 @@ from engram.ssd.prefetch import PrefetchHandle
 from engram.tables.timing import LookupClock
 
 if TYPE_CHECKING:
+    from engram.profile.tally import RowTally
     from engram.tables.options import TableOptions
 
 
@@ -127,6 +128,9 @@ class EngramTable(ABC):
         self.row_format = row_format or E4m3Ue8m0Rows(head_dim)
         self.device = torch.device(device)
         self.counters = TableCounters()
+        # the served profile's count of the rows this table's lookups read (``open_table``
+        # sets it from ``TableOptions.tally``); None: not counted
+        self.tally: RowTally | None = None
         self._clock = LookupClock(self.device)
 
     @classmethod
@@ -141,12 +145,17 @@ class EngramTable(ABC):
     def row_bytes(self) -> int:
         return self.row_format.row_bytes
 
-    def lookup(self, row_ids: torch.Tensor) -> torch.Tensor:
+    def lookup(self, row_ids: torch.Tensor, owned: torch.Tensor | None = None) -> torch.Tensor:
+        """The rows of ``row_ids``. ``owned``: for a TP shard that reads the ids of other
+        shards as its row 0 (and zeroes those rows), which of ``row_ids`` are its own:
+        only they count in the ``tally``."""
         mark = self._clock.start()
         ids = row_ids.reshape(-1)
         if not ids.is_cuda:
             self._check_ids(ids)
         flat, unique, tier_bytes = self._gather(ids)
+        if self.tally is not None:
+            self.tally.add(ids if owned is None else ids[owned.reshape(-1)])
         self.counters.record(ids.numel(), unique, tier_bytes, self._clock.stop(mark))
         return flat.view(*row_ids.shape, self.head_dim)
 

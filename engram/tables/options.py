@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import torch
 
@@ -20,6 +20,9 @@ from engram.ssd.prefetch import DEFAULT_PREFETCH_BYTES
 from engram.ssd.readers import DEFAULT_READER
 from engram.ssd.seeding import SeedRows
 from engram.ssd.sources import RowSource
+
+if TYPE_CHECKING:
+    from engram.profile.tally import RowTally
 
 
 class PlacementClass(Protocol):
@@ -37,7 +40,9 @@ PLACEMENTS: dict[str, type[PlacementClass]] = {}
 
 # NOTE: the fields every placement takes; ``hot_cache_bytes`` too, since the flag is
 # per server: only a placement whose class says ``hot_cache`` gets the cache.
-COMMON_OPTIONS = frozenset({"placement", "device", "head_dim", "num_rows", "hot_cache_bytes"})
+COMMON_OPTIONS = frozenset(
+    {"placement", "device", "head_dim", "num_rows", "hot_cache_bytes", "tally"}
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,8 @@ class TableOptions:
     convert there when its table does not hold them (``source``: a row source streaming
     them, or the weight and scale given to the table), the read strategy, the RAM row
     cache and read-ahead budgets, the open check (``verify``) and the chunk size of a
-    conversion; ``seed`` seeds its RAM cache too, in the background.
+    conversion; ``seed`` seeds its RAM cache too, in the background. Any placement
+    counts the rows its lookups read into a ``tally`` (the served profile) when given one.
     """
 
     placement: str
@@ -70,6 +76,7 @@ class TableOptions:
     verify: str = "quick"
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     seed: SeedRows | None = field(default=None, compare=False, repr=False)
+    tally: RowTally | None = field(default=None, compare=False, repr=False)
     # NOTE: names given that are no field at all (``engram.tables.create_table``'s
     # keywords), reported with the fields the placement does not take: one error.
     unknown: InitVar[frozenset[str]] = frozenset()

@@ -73,3 +73,28 @@ def test_cpu_worker_commands_parse_as_the_cpu_engine_with_tcp_kv(tmp_path):
         assert args.device == "cpu" and args.max_total_tokens == 32768
         assert args.disaggregation_transfer_backend == "mooncake_tcp"
     assert (prefill.engram_offload, decode.engram_offload) == ("dram", "off")
+
+
+def test_each_worker_writes_its_own_served_profile(tmp_path):
+    """``{worker}`` in engram_profile_out becomes each worker's name in its command."""
+    from sglang.srt.server_args import ServerArgs
+    from sglang_engram.args.flags import add_engram_args
+
+    data = yaml.safe_load(EXAMPLE.read_text())
+    decode = next(g for g in data["workers"] if g["role"] == "decode")
+    decode.update(
+        count=2,
+        engram_offload="ssd",
+        engram_ssd_dir="/nvme/tables",
+        engram_profile_out="/nvme/served-{worker}.npz",
+    )
+    plan = build_plan(parse_spec(data), [Node("10.1.2.3", 3)], router_host="h", log_dir="/l")
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    add_engram_args(parser)
+    outs = {w.name: parser.parse_args(list(w.command[3:])).engram_profile_out for w in plan.workers}
+    assert outs == {
+        "prefill-0": None,
+        "decode-0": "/nvme/served-decode-0.npz",
+        "decode-1": "/nvme/served-decode-1.npz",
+    }

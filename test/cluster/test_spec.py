@@ -210,6 +210,16 @@ def test_engram_options_checked_against_the_placement():
     assert "engram_seed_profile seeds ssd tables: it needs engram_offload ssd" in _error(
         _group(0, engram_offload="dram", engram_seed_profile="/nvme/profile.npz")
     )
+    ssd = {"engram_offload": "ssd", "engram_ssd_dir": "/nvme/t"}
+    group = parse_spec(_group(0, **ssd, engram_profile_out="/nvme/served.npz")).workers[0]
+    assert group.engram_flags[-2:] == ["--engram-profile-out", "/nvme/served.npz"]
+    assert "engram_profile_out counts ssd tables: it needs engram_offload ssd" in _error(
+        _group(0, engram_offload="dram", engram_profile_out="/nvme/served.npz")
+    )
+    assert (
+        "engram_profile_out /nvme/served.npz: the group's 2 workers would write one file; put "
+        "{worker} in the path (it becomes each worker's name)"
+    ) in _error(_group(0, **ssd, count=2, engram_profile_out="/nvme/served.npz"))
     assert "engram_ssd_read: Input should be 'mmap', 'pread' or 'direct', not 'uring'" in _error(
         _group(0, engram_offload="ssd", engram_ssd_dir="/nvme/t", engram_ssd_read="uring")
     )

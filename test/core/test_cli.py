@@ -22,6 +22,7 @@ from engram.cli import Parser, number, run, shows_default
 from engram.convert import build_parser as convert_parser
 from engram.eval.__main__ import parser as eval_parser
 from engram.model.__main__ import parser as model_parser
+from engram.profile.__main__ import build_merge_parser as profile_merge_parser
 from engram.profile.__main__ import build_parser as profile_parser
 from test.core.test_cli_errors import ROOT, run_cli
 
@@ -37,6 +38,7 @@ PARSERS = {
     "engram.eval": eval_parser,
     "engram.convert": convert_parser,
     "engram.profile": profile_parser,
+    "engram.profile merge": profile_merge_parser,
     "sglang_engram.cluster": cluster_parser,
     "sglang_engram.compare": compare_parser,
     "sglang_engram": doctor_parser,

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram.models.qwen4_exp.row_hasher import PleLayerHash, PleRowHasher
+
+from engram.ple_hashing import PleLayerHash, PleRowHasher
 
 NGRAM = 3
 HEADS = 8
@@ -130,3 +131,54 @@ def test_loaded_constants_are_used_not_recomputed(upstream_layers) -> None:
         embedding.layer_multipliers[0] += 2
     after = _ours(layers, eos).prompt_rows(stream)
     assert not torch.equal(before[:, 0], after[:, 0]) and torch.equal(before[:, 1], after[:, 1])
+
+
+def test_computed_constants_equal_upstreams(cpu_context) -> None:
+    """Where a checkpoint carries no PLE buffers, the profile computes them: upstream's
+    own at construction (SplitMix64 of the config's seed and the layer's index, the
+    primes from ``ngram_vocab_size_base``), for random configs."""
+    from sglang.srt.configs.qwen4_exp import Qwen4ExpTextConfig
+    from sglang.srt.models.qwen4_exp import Qwen4ExpNGramEmbedding
+
+    from engram.profile.ple_model import upstream_multipliers
+    from engram.ssd.checkpoint_formats.ple_config import PleConfig
+
+    fields = {
+        "vocab_size": random.randint(200, 200_000),
+        "hidden_size": 64,
+        "ple_layer_ids": sorted(random.sample(range(2, 12), 3)),
+        "ple_embed_dim": (NGRAM - 1) * HEADS * 8,
+        "ngram_size": NGRAM,
+        "heads_per_ngram": HEADS,
+        "ngram_vocab_size_base": random.randint(300, 90_000),
+        "eos_token_id": 1,
+        "seed": random.randrange(1 << 40),
+    }
+    config = Qwen4ExpTextConfig(**fields)
+    ple = PleConfig.from_config(fields)
+    for index, layer in enumerate(ple.layer_ids):
+        upstream = Qwen4ExpNGramEmbedding(config, config.ple_embed_dim, ple_layer_index=index)
+        ours = upstream_multipliers(NGRAM, fields["vocab_size"], fields["seed"], index)
+        assert torch.equal(ours, upstream.layer_multipliers)
+        sizes = torch.tensor(ple.head_sizes(layer))
+        assert torch.equal(sizes, upstream.ngram_heads_vocab_sizes)
+        assert torch.equal(torch.cumsum(sizes, 0) - sizes, upstream.ngram_heads_offsets)
+        assert upstream.ngram_embedding.num_embeddings == ple.num_rows(layer)
+
+
+def test_a_ragged_batch_hashes_as_each_piece_does(upstream_layers) -> None:
+    """``hash_batch`` (the profile's counting): pieces back to back, each after its
+    history (none: the request's start), as the pieces hashed one by one."""
+    layers, eos, vocab = upstream_layers
+    ours = _ours(layers, eos)
+    streams = [_stream_with_eos(vocab, eos) for _ in range(random.randint(1, 6))]
+    histories = torch.full((len(streams), NGRAM - 1), -1, dtype=torch.int64)
+    want = []
+    for i, stream in enumerate(streams):
+        context = torch.randint(0, vocab, (random.randint(0, NGRAM - 1),))
+        if context.numel():
+            histories[i, NGRAM - 1 - context.numel() :] = context
+        want.append(ours.rows_of_windows(ours.windows(stream, context.tolist())))
+    lengths = torch.tensor([s.numel() for s in streams])
+    got = ours.hash_batch(torch.cat(streams), lengths, histories)
+    assert torch.equal(got, torch.cat(want))

@@ -95,7 +95,7 @@ def test_a_profile_of_another_model_is_refused_naming_what_differs(profile, tmp_
 def test_a_model_without_an_engram_hash_is_refused(profile, tmp_path) -> None:
     from sglang_engram.args.startup_checks import check_seed_profile
 
-    with pytest.raises(EngramStartupError, match="has no Engram hash to profile"):
+    with pytest.raises(EngramStartupError, match="has no Engram or PLE hash to profile"):
         check_seed_profile(str(profile), {"model_type": "qwen4_exp"}, str(tmp_path), None)
 
 

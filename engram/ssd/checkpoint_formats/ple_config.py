@@ -69,13 +69,17 @@ class PleConfig:
         """Values per table row (``ple_embed_dim`` over the n-gram heads)."""
         return None if self.ple_embed_dim is None else self.ple_embed_dim // self.ngram_heads
 
+    def head_sizes(self, layer: int) -> list[int]:
+        """Decoder layer ``layer``'s prime bucket size per n-gram head, as upstream
+        computes them (its checkpoint's ``ngram_heads_vocab_sizes`` buffer overrides them)."""
+        index = self.layer_ids.index(layer)
+        primes = _primes_from(self.ngram_vocab_size_base, (index + 1) * self.ngram_heads)
+        return primes[index * self.ngram_heads :]
+
     def num_rows(self, layer: int) -> int:
         """Rows of decoder layer ``layer``'s table as upstream sizes it: the sum of its
         heads' prime bucket sizes, padded to ``make_ngram_vocab_size_divisible_by``."""
-        index = self.layer_ids.index(layer)
-        primes = _primes_from(self.ngram_vocab_size_base, (index + 1) * self.ngram_heads)
-        total = sum(primes[index * self.ngram_heads :])
-        return -(-total // self.divisible_by) * self.divisible_by
+        return padded_rows(self.head_sizes(layer), self.divisible_by)
 
 
 def padded_rows(head_sizes: list[int], divisible_by: int) -> int:

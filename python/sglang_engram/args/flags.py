@@ -34,6 +34,7 @@ ENGRAM_FLAGS = (
     "--engram-ram-cache-gb",
     "--engram-ssd-read",
     "--engram-seed-profile",
+    "--engram-profile-out",
 )
 # NOTE: mirrors engram.ssd.readers.READERS, the --engram-ssd-read strategies, for the
 # cluster and sweep specs (reading a spec imports no torch); test_spec checks they agree.
@@ -127,6 +128,17 @@ def add_engram_args(parser: argparse.ArgumentParser) -> None:
         "rows fill each ssd table's RAM cache in the background at start-up, read in file "
         "order (ssd only; refused when it was made for another model or tokenizer).",
     )
+    group.add_argument(
+        "--engram-profile-out",
+        default=None,
+        metavar="PATH",
+        help="Write the row profile of what this server serves (each ssd table's own count "
+        "of the rows its lookups read, the most read 1 M per table) to PATH, in the format "
+        "of python -m engram.profile: once lookups settle for 2 s, every 60 s under "
+        "traffic and at shutdown, atomically; a later start seeds from it with "
+        "--engram-seed-profile PATH. A TP rank writes its own rows to PATH with its "
+        "shard's suffix (P.tp0of2.npz), merged by python -m engram.profile merge (ssd only).",
+    )
 
 
 def config_from_namespace(args: argparse.Namespace) -> EngramServerConfig:
@@ -140,6 +152,7 @@ def config_from_namespace(args: argparse.Namespace) -> EngramServerConfig:
         ram_cache_gb=_given_float(getattr(args, "engram_ram_cache_gb", None)),
         ssd_read=getattr(args, "engram_ssd_read", None),
         seed_profile=getattr(args, "engram_seed_profile", None),
+        profile_out=getattr(args, "engram_profile_out", None),
         role=str(getattr(args, "disaggregation_mode", None) or "null"),
         offload_explicit=offload is not None,
     )

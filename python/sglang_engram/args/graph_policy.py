@@ -3,7 +3,7 @@
 ``ssd`` tables (any family) are read from files on the host, and the lookups of a family
 marked ``eager`` (the tiny model) go through the core library's tables (RAM and HBM caches, counters): a plain
 (``full``) CUDA graph would replay the capture's rows. SGLang's breakable backend runs
-them as eager breaks between captured segments (``integration/graph_breaks.py``), so:
+them as eager breaks between captured segments (``forward/graph_breaks.py``), so:
 
 - a phase whose backend the user did not choose gets ``breakable`` for decode (SGLang's
   default there is ``full``); prefill keeps SGLang's default, which is ``breakable`` or

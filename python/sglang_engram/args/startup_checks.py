@@ -51,6 +51,7 @@ def check_startup(
     _check_numbers(config)
     _check_read(config)
     _check_seed_placement(config)
+    _check_profile_out_placement(config)
     facts = runtime.model_facts(model_path)
     hf_config, family = facts.hf_config, facts.family
     if config.offload == "ssd" and model_path and hf_config is None:
@@ -80,6 +81,8 @@ def check_startup(
         check_ssd_dir(runtime.tables, config.ssd_dir, family, hf_config, model_path, tp_size)
         if config.seed_profile is not None:
             check_seed_profile(config.seed_profile, hf_config, model_path, tokenizer_path)
+        if config.profile_out is not None:
+            check_profile_out(config.profile_out, hf_config, model_path, tokenizer_path)
     elif config.ssd_dir:
         logger.warning("--engram-ssd-dir is ignored with --engram-offload %s", config.offload)
     if config.ssd_read is not None and config.offload != "ssd":
@@ -154,8 +157,8 @@ def check_seed_profile(
     profile: str, hf_config: HfConfig | None, model_path: str | None, tokenizer_path: str | None
 ) -> None:
     """The profile must count rows through the served model's hash: its tokenizer, and
-    per Engram layer its table's row count and hash constants."""
-    from engram.profile import HashIdentity, model_hasher, read_header
+    per Engram (or PLE) layer its table's row count and hash constants."""
+    from engram.profile import HashIdentity, profile_hash, read_header
 
     flag = f"--engram-seed-profile {profile}"
     if hf_config is None:
@@ -163,7 +166,7 @@ def check_seed_profile(
     try:
         profiled = HashIdentity.from_json(read_header(profile)["identity"])
         tokenizer = tokenizer_path or model_path
-        served = HashIdentity.of(model_hasher(hf_config, tokenizer, str(model_path)))
+        _, served = profile_hash(Path(str(model_path)), hf_config, tokenizer)
     except (EngramError, OSError, ValueError) as exc:  # NOTE: OSError: transformers' loading
         raise EngramStartupError(f"{flag}: {exc}") from exc
     why = profiled.mismatch(served)
@@ -172,6 +175,37 @@ def check_seed_profile(
             f"{flag} was not made for {model_path}: {why}; profile a corpus with this model "
             f"(python -m engram.profile {model_path} CORPUS --out PROFILE)"
         )
+
+
+def _check_profile_out_placement(config: EngramServerConfig) -> None:
+    if config.profile_out is not None and config.offload != "ssd":
+        raise EngramStartupError(
+            f"--engram-profile-out {config.profile_out} writes the rows ssd tables served, "
+            f"but this server's placement is {config.offload}; pass --engram-offload ssd or "
+            "leave it out"
+        )
+
+
+def check_profile_out(
+    path: str, hf_config: HfConfig | None, model_path: str | None, tokenizer_path: str | None
+) -> None:
+    """The served profile needs a file it can write and a model whose hash a profile
+    names (its identity is built here once, as the tables build it)."""
+    from engram.profile import profile_hash
+
+    flag = f"--engram-profile-out {path}"
+    target = Path(path)
+    if target.is_dir():
+        raise EngramStartupError(f"{flag} is a directory; give a file name")
+    base = nearest_existing(target.parent)
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise EngramStartupError(f"{flag} cannot be written: {base} is not a writable directory")
+    if hf_config is None:
+        raise EngramStartupError(f"{flag}: {model_path} has no config.json to profile it by")
+    try:
+        profile_hash(Path(str(model_path)), hf_config, tokenizer_path or model_path)
+    except (EngramError, OSError, ValueError) as exc:  # NOTE: OSError: transformers' loading
+        raise EngramStartupError(f"{flag}: {exc}") from exc
 
 
 def check_ssd_dir(

@@ -16,7 +16,7 @@ from typing import Any
 
 from sglang_engram.cluster.assignment import Node, assign_nodes, spread_nodes
 from sglang_engram.cluster.ports import ephemeral_warning
-from sglang_engram.cluster.spec import ClusterSpec, WorkerGroup
+from sglang_engram.cluster.spec import WORKER_FIELD, ClusterSpec, WorkerGroup
 from sglang_engram.cluster.state import run_dir
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
 
@@ -145,7 +145,8 @@ def build_plan(
             bootstrap = spec.bootstrap_base_port + sum(w.role == "prefill" for w in workers)
             argv += ["--disaggregation-bootstrap-port", str(bootstrap)]
         # --enable-metrics: `status` reads the plugin's Engram gauges from /metrics.
-        argv += [*group.engram_flags, "--enable-metrics", *group.extra_args]
+        engram = [flag.replace(WORKER_FIELD, name) for flag in group.engram_flags]
+        argv += [*engram, "--enable-metrics", *group.extra_args]
         node = assigned[name]
         workers.append(
             WorkerPlan(

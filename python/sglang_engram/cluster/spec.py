@@ -23,6 +23,7 @@ from sglang_engram.spec_files.yaml_file import read_mapping
 EngramOffload = Literal["hbm", "dram", "ssd", "off"]
 ENGRAM_OFFLOADS = get_args(EngramOffload)
 NAME = r"^[a-z0-9][a-z0-9-]*$"
+WORKER_FIELD = "{worker}"  # in engram_profile_out: the worker's name
 Device = Literal["gpu", "cpu"]
 # Flags the launcher sets itself; extra_args may not set them.
 MANAGED_WORKER_FLAGS = (
@@ -90,6 +91,9 @@ class WorkerGroup(StrictModel):
     engram_ram_cache_gb: float | None = Field(None, ge=0)
     engram_ssd_read: SsdRead | None = None
     engram_seed_profile: str | None = None
+    # NOTE: each worker writes its own served profile: WORKER_FIELD in the path becomes
+    # the worker's name (build_plan), needed when the group has more than one worker.
+    engram_profile_out: str | None = None
     extra_args: tuple[str, ...] = ()
 
     @field_validator("extra_args", mode="before")
@@ -126,6 +130,14 @@ class WorkerGroup(StrictModel):
             raise ValueError("engram_offload ssd needs engram_ssd_dir")
         if self.engram_seed_profile and self.engram_offload != "ssd":
             raise ValueError("engram_seed_profile seeds ssd tables: it needs engram_offload ssd")
+        out = self.engram_profile_out
+        if out and self.engram_offload != "ssd":
+            raise ValueError("engram_profile_out counts ssd tables: it needs engram_offload ssd")
+        if out and self.count > 1 and WORKER_FIELD not in out:
+            raise ValueError(
+                f"engram_profile_out {out}: the group's {self.count} workers would write one "
+                f"file; put {WORKER_FIELD} in the path (it becomes each worker's name)"
+            )
         return self
 
     @property
@@ -148,6 +160,8 @@ class WorkerGroup(StrictModel):
             flags += ["--engram-ssd-read", self.engram_ssd_read]
         if self.engram_seed_profile is not None:
             flags += ["--engram-seed-profile", self.engram_seed_profile]
+        if self.engram_profile_out is not None:
+            flags += ["--engram-profile-out", self.engram_profile_out]
         return flags
 
     def warnings(self, where: str) -> list[str]:

@@ -36,11 +36,13 @@ def single_rank() -> bool:
     return get_parallel().tp_size == 1
 
 
-def lookup(state: FailureState, table: EngramTable, ids: torch.Tensor) -> torch.Tensor:
-    """``table.lookup(ids)``; rows of zeros, recorded as a failure in ``state``, if it
-    fails with an I/O or checksum error on a single-rank server."""
+def lookup(
+    state: FailureState, table: EngramTable, ids: torch.Tensor, owned: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``table.lookup(ids, owned)``; rows of zeros, recorded as a failure in ``state``, if
+    it fails with an I/O or checksum error on a single-rank server."""
     try:
-        return table.lookup(ids)
+        return table.lookup(ids, owned)
     except EngramIOError as err:
         if not single_rank():
             raise

@@ -43,6 +43,8 @@ class EngramServerConfig:
     ssd_read: str | None = None
     # a row profile (engram.profile) seeding the ssd tables' RAM caches; None: no seeding
     seed_profile: str | None = None
+    # where the ssd tables write the profile of what they served; None: not written
+    profile_out: str | None = None
     # SGLang's --disaggregation-mode: "null" (single server), "prefill" or "decode".
     role: str = "null"
     # True when --engram-offload was given on the command line (not the default).
@@ -77,6 +79,8 @@ class EngramServerConfig:
                 extra.append(f"read={self.ssd_read}")
             if self.seed_profile:
                 extra.append(f"seed_profile={self.seed_profile}")
+            if self.profile_out:
+                extra.append(f"profile_out={self.profile_out}")
         if self.offload in ("dram", "ssd") and self.hot_cache_gb:
             extra.append(f"hot_cache={self.hot_cache_gb:g} GiB")
         if self.enabled:

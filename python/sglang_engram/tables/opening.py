@@ -8,9 +8,13 @@ size budgets per process (per GPU), shared by every Engram table it serves.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
+from engram.profile.identity import HashIdentity
+from engram.profile.tally import RowTally
 from engram.ssd.directory import table_dir
 from engram.ssd.prefetch import DEFAULT_PREFETCH_BYTES
 from engram.ssd.readers import DEFAULT_READER
@@ -64,7 +68,8 @@ def layer_table_options(
 ) -> TableOptions:
     """The :class:`TableOptions` of :func:`open_layer_table`: this table's share of the
     HBM hot cache and, for ssd, of the RAM cache and the read-ahead budget, and the
-    rows of ``--engram-seed-profile`` to seed its RAM cache with."""
+    rows of ``--engram-seed-profile`` to seed its RAM cache with and the tally of
+    ``--engram-profile-out``."""
     # NOTE: the family's own count when there is no local config.json (a hub id).
     tables = len(family.table_layers(runtime.model_facts(model_path).hf_config))
     num_rows, hot_cache_bytes = rows[1] - rows[0], config.hot_cache_bytes // tables
@@ -83,6 +88,7 @@ def layer_table_options(
         ram_cache_bytes=config.ram_cache_bytes // tables,
         prefetch_bytes=DEFAULT_PREFETCH_BYTES // tables,
         seed=seed_rows(config.seed_profile, layer_id, rows, shard),
+        tally=served_tally(runtime, config.profile_out, layer_id, rows, shard, model_path),
     )  # fmt: skip
 
 
@@ -99,6 +105,36 @@ def seed_rows(
     ranked = layer_rows(profile, layer_id)
     mine = ranked[(ranked >= rows[0]) & (ranked < rows[1])] - np.int64(rows[0])
     return SeedRows(mine, f"Engram layer {layer_id}{shard} (profile {profile})")
+
+
+def served_tally(
+    runtime: EngramRuntime,
+    profile_out: str | None,
+    layer_id: int,
+    rows: tuple[int, int],
+    shard: str,
+    model_path: str,
+) -> RowTally | None:
+    """This table's count of the rows its lookups read, written with the process's other
+    tables to ``--engram-profile-out`` (a TP rank's file with its shard's suffix, a DP
+    rank's with ``.dp{rank}``: ``engram.profile.upkeep.rank_path``); ``None`` without it."""
+    if profile_out is None:
+        return None
+    from sglang.srt.runtime_context import get_parallel, get_serving
+
+    from engram.profile import profile_hash, rank_path, upkeep_for
+
+    dp_rank = get_parallel().dp_rank
+    suffix = shard + ("" if dp_rank is None else f".dp{dp_rank}")
+    tokenizer = get_serving().tokenizer_path or model_path
+
+    def identity() -> HashIdentity:
+        hf_config = runtime.model_facts(model_path).hf_config
+        assert hf_config is not None, "validated at startup: ssd needs a local config.json"
+        return profile_hash(Path(model_path), hf_config, tokenizer)[1]
+
+    upkeep = upkeep_for(rank_path(profile_out, suffix), identity)
+    return upkeep.tally(layer_id, rows[0], rows[1] - rows[0])
 
 
 def serving_model_path() -> str:

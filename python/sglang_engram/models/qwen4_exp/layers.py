@@ -121,7 +121,7 @@ class PlacedPleTable(VocabParallelEmbedding):
         local = input_.long() - self.row_start
         owned = (local >= 0) & (local < self.rows)
         rows = lookup_failures.lookup(
-            self.runtime.failures, self.table, local.masked_fill(~owned, 0)
+            self.runtime.failures, self.table, local.masked_fill(~owned, 0), owned
         )
         out.copy_(rows.masked_fill(~owned.unsqueeze(-1), 0))
 
