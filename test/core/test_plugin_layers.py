@@ -161,3 +161,23 @@ def test_the_check_sees_an_import_under_type_checking_and_a_relative_one(tmp_pat
     assert "sglang_engram.cluster.spec" in found
     layers = {_layer(m) for m in found if m.startswith("sglang_engram")}
     assert max(layers) > _layer("sglang_engram.protocol.runtime") == 0
+
+
+# NOTE: where SGLang enters a process of ours: the plugin entry point, the serve backend
+# SGLang asks before any plugin registers, and the doctor command. Every other module is
+# handed the runtime.
+RUNTIME_TAKEN_IN = {
+    "sglang_engram.integration.plugin",
+    "sglang_engram.integration.serve_backend",
+    "sglang_engram.doctor.report",
+}
+
+
+def test_the_runtime_is_taken_only_where_sglang_enters() -> None:
+    calls: dict[str, int] = {}
+    for module, path in _plugin_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "get_runtime":
+                calls[module] = calls.get(module, 0) + 1
+    assert set(calls) == RUNTIME_TAKEN_IN
+    assert sum(calls.values()) <= 5
