@@ -9,6 +9,10 @@ GiB (``python -m engram.model build --random --engram-table-gib G``), then start
   ``--engram-ssd-read direct`` (O_DIRECT: the page cache is out of play; its resident
   share of the table files is measured before and after, after dropping what the
   conversion left there);
+* ``ssd-1/16-seeded``: ``ssd-1/16`` started with ``--engram-seed-profile``: a profile
+  that ``python -m engram.profile`` counted over the stdlib's *train* split, documents
+  the held-out prompts never come from (``engram_testing.tiers.seed_profile``; built once
+  and reused, as the model is);
 * ``ssd-1/4``: the same with a RAM cache of 1/4;
 * ``off``: no tables (Engram layers pass through).
 
@@ -19,11 +23,13 @@ prompts of held-out Python source (``tiers_workload``) that no other run gets. A
 (ssd/dram, dram/off) is taken within a repeat, between runs minutes apart, and the
 median over repeats is reported with its range. Prints per config and concurrency the
 median total and output tok/s, P90 TPOT and TTFT, Engram rows/s read from disk, the
-RAM-cache hit ratio, read-ahead hits and the exposed read ratio; the disk's random
+RAM-cache hit ratio (of lookups, and with the read-ahead's probes counted in), read-ahead
+hits and the exposed read ratio; per ssd config the first pass's RAM-cache hit ratio,
+prefill and decode apart (``first_pass_ram_hit_ratio``); the disk's random
 4 KiB reads/s before and after the runs (``disk_probe``: a cold row costs about one
 such read, so this sets the pace of first reads); whether greedy ssd outputs equal
-dram's; the RAM-cache hit ratio against cache size on the rows of all held-out pieces;
-a PNG; and a last line of JSON. ``--replay`` runs each point's prompts twice in a row,
+dram's; the RAM-cache hit ratio against cache size on the rows of all held-out pieces,
+empty and seeded; a PNG of both; and a last line of JSON. ``--replay`` runs each point's prompts twice in a row,
 and reports ssd/dram of the second pass too: with the rows in the RAM cache, what ssd
 costs beyond reading rows of text it has never seen.
 
@@ -34,159 +40,60 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-import psutil
 from disk_probe import random_reads_per_s
-from engram_testing.client import generate_ids, settled_metrics
-from engram_testing.server import sglang_server
+from engram_testing.client import generate_ids
+from engram_testing.tiers.cache_curve import cache_curve
 from engram_testing.tiers.report import (
     describe_ratios,
     drop_page_cache,
     exposed_ratio,
+    first_pass_hit_ratios,
     median_figures,
     median_of,
     plot,
     print_table,
     repeat_ratios,
     resident_fraction,
-    run_figures,
-    server_cpu_seconds,
     table_files,
 )
-from engram_testing.tiers.workload import cache_curve, heldout_ids, served_prompts, write_datasets
+from engram_testing.tiers.runs import SEED, serve_repeats
+from engram_testing.tiers.seed_profile import ensure_profile, profile_top
+from engram_testing.tiers.servers import (
+    CONFIGS,
+    build_model,
+    check_memory,
+    seeded,
+    start_servers,
+    wait_seeded,
+)
+from engram_testing.tiers.workload import heldout_ids, served_prompts, write_datasets
+
+from engram.profile import RowProfile
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIGS = {"dram": None, "ssd-1/16": 1 / 16, "ssd-1/4": 1 / 4, "off": None}
 CURVE_FRACTIONS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
-SEED = 1
 CHECK_PROMPTS, CHECK_PROMPT_TOKENS, CHECK_NEW_TOKENS = 4, 96, 32
 # NOTE: the depth the direct reader reaches on a large cold lookup (its plan submits
 # every block at once, up to engram.ssd.readers.direct.QUEUE_DEPTH)
 DISK_PROBE_DEPTH = 512
-# NOTE: one tiny-model CPU server's memory besides its tables and cache (its scheduler,
-# tokenizer and detokenizer processes: ~2.6 GiB measured, four servers at once on 24 GiB).
-SERVER_GIB = 2.5
+# the RAM-cache curves' labels: empty at start, seeded from the train-split profile, and
+# seeded with misses never admitted; each drawn in the colour of the config beside it
+CURVES = ("unseeded (LRU)", "seeded (LRU)", "seeded, misses not admitted")
+CURVE_CONFIGS = {CURVES[0]: "ssd-1/16", CURVES[1]: "ssd-1/16-seeded", CURVES[2]: "ssd-1/16-seeded"}
 RATIOS = [  # (JSON key, numerator config, denominator config, figure)
     ("ssd_over_dram_throughput", "ssd-1/16", "dram", "total_tok_s"),
     ("ssd_over_dram_p90_tpot", "ssd-1/16", "dram", "p90_tpot_ms"),
+    ("seeded_ssd_over_dram_throughput", "ssd-1/16-seeded", "dram", "total_tok_s"),
+    ("seeded_ssd_over_dram_p90_tpot", "ssd-1/16-seeded", "dram", "p90_tpot_ms"),
     ("ssd_quarter_over_dram_throughput", "ssd-1/4", "dram", "total_tok_s"),
     ("dram_over_off_throughput", "dram", "off", "total_tok_s"),
     ("dram_over_off_p90_tpot", "dram", "off", "p90_tpot_ms"),
 ]
-
-
-def build_model(table_gib: float, out: Path) -> Path:
-    subprocess.run(
-        [sys.executable, "-m", "engram.model", "build", "--random", "--engram-table-gib",
-         f"{table_gib:g}", "--out", str(out), "--reuse"],
-        check=True,
-    )  # fmt: skip
-    return out
-
-
-def server_args(name: str, table_gib: float, ssd_dir: Path) -> list[str]:
-    # NOTE: every config runs SGLang's default overlap scheduler (an ssd table reads the
-    # next decode step's rows from the launched step's sampled tokens);
-    # --sleep-on-idle: a CPU server otherwise spins a core while it waits its turn.
-    fraction = CONFIGS[name]
-    if fraction is None:
-        return ["--sleep-on-idle", "--engram-offload", name]
-    return [
-        "--sleep-on-idle", "--engram-offload", "ssd", "--engram-ssd-dir", str(ssd_dir),
-        "--engram-ram-cache-gb", f"{table_gib * fraction:.6g}", "--engram-ssd-read", "direct",
-    ]  # fmt: skip
-
-
-def bench(url: str, model: Path, dataset: Path, conc: int, n: int, args, out: Path) -> dict:
-    """One ``sglang.benchmark.serving`` run; its result record."""
-    result = out.with_suffix(".jsonl")
-    result.unlink(missing_ok=True)
-    cmd = [
-        sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang",
-        "--base-url", url, "--model", str(model), "--tokenizer", str(model),
-        "--dataset-name", "random", "--dataset-path", str(dataset), "--tokenize-prompt",
-        "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-        "--random-range-ratio", "1.0", "--num-prompts", str(n), "--max-concurrency", str(conc),
-        "--seed", str(SEED), "--disable-tqdm", "--output-file", str(result),
-        "--flush-cache",  # NOTE: a replay's prefill is computed again, not a prefix hit
-    ]  # fmt: skip
-    with open(out.with_suffix(".log"), "w") as log:
-        subprocess.run(cmd, check=True, timeout=args.timeout_s, stdout=log, stderr=log)
-    return json.loads(result.read_text().splitlines()[-1])
-
-
-def no_metrics(url: str) -> dict[str, float]:
-    return {}
-
-
-def start_servers(stack: ExitStack, configs: list[str], model: Path, args, work: Path) -> dict:
-    """Every config's server, started one after another; their URLs."""
-    urls = {}
-    for name in configs:
-        flags = server_args(name, args.table_gib, args.ssd_dir)
-        print(f"[{name}] starting server: {' '.join(flags)}", flush=True)
-        log = work / f"{slug(name)}.server.log"
-        urls[name] = stack.enter_context(sglang_server(model, *flags, log=log, timeout_s=1800))
-    return urls
-
-
-def slug(name: str) -> str:
-    return name.replace("/", "_")
-
-
-def check_memory(configs: list[str], table_gib: float) -> str | None:
-    """Why the servers would not fit in this machine's memory, or None."""
-    need = sum(
-        SERVER_GIB + table_gib * (CONFIGS[n] or (1.0 if n == "dram" else 0.0)) for n in configs
-    )
-    have = psutil.virtual_memory().available / 2**30
-    if need <= have:
-        return None
-    return (
-        f"error: the servers of {', '.join(configs)} need about {need:.1f} GiB of memory at "
-        f"once, {have:.1f} GiB is available; pass fewer --configs or a smaller --table-gib"
-    )
-
-
-def measure(
-    url: str, name: str, model: Path, dataset: Path, conc: int, n: int, args, out: Path
-) -> dict:
-    """One run of config ``name``: its figures (``run_figures``)."""
-    # NOTE: only ssd tables count rows; the others' /metrics need no settling.
-    sample = settled_metrics if CONFIGS[name] else no_metrics
-    before, cpu = sample(url), server_cpu_seconds(url)
-    result = bench(url, model, dataset, conc, n, args, out)
-    return run_figures(result, before, sample(url), server_cpu_seconds(url) - cpu)
-
-
-def serve_repeats(
-    urls: dict, model: Path, datasets: dict, counts: dict, args, work: Path
-) -> tuple[dict, dict]:
-    """Per config and concurrency, the figures of each repeat: of the first pass over
-    its prompts, and of the replay (``--replay``: the same prompts again at once)."""
-    configs = list(urls)
-    runs = {n: {c: [] for c in args.concurrencies} for n in configs}
-    replays = {n: {c: [] for c in args.concurrencies} for n in configs} if args.replay else {}
-    passes = [(runs, "")] + ([(replays, "_replay")] if replays else [])
-    for rep in range(args.repeats):
-        k = rep % len(configs)
-        order = configs[k:] + configs[:k]
-        for conc in args.concurrencies:
-            for name in order:
-                for into, tag in passes:
-                    out = work / f"{slug(name)}_r{rep}_c{conc}{tag}"
-                    dataset = datasets[f"r{rep}_c{conc}"]
-                    figures = measure(
-                        urls[name], name, model, dataset, conc, counts[conc], args, out
-                    )
-                    into[name][conc].append(figures)
-                    print(f"[{name}] repeat {rep} c={conc}{tag}: {json.dumps(figures)}", flush=True)
-    return runs, replays
 
 
 def main() -> int:
@@ -197,10 +104,17 @@ def main() -> int:
     parser.add_argument("--model", type=Path, help="default models/engram-random-<G>g")
     parser.add_argument("--ssd-dir", type=Path, help="default models/engram-random-<G>g-ssd")
     parser.add_argument(
+        "--profile",
+        type=Path,
+        help="the seeded config's profile, made over the stdlib's train split unless one for "
+        "this model is there (default models/engram-random-<G>g-train-profile.npz)",
+    )
+    parser.add_argument(
         "--configs",
         default=",".join(CONFIGS),
         help=f"servers to compare, comma-separated, of {', '.join(CONFIGS)} (ssd-1/16: ssd "
-        "with a RAM row cache of 1/16 of the tables)",
+        "with a RAM row cache of 1/16 of the tables; -seeded: that cache seeded from a "
+        "profile of text disjoint from the prompts)",
     )
     parser.add_argument(
         "--concurrencies", default="1,8,32", help="client concurrencies, comma-separated"
@@ -249,10 +163,14 @@ def main() -> int:
     stem = ROOT / "models" / f"engram-random-{args.table_gib:g}g"
     args.model = args.model or stem
     args.ssd_dir = args.ssd_dir or stem.with_name(stem.name + "-ssd")
+    args.profile = args.profile or stem.with_name(stem.name + "-train-profile.npz")
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
 
     model = build_model(args.table_gib, args.model)
+    if any(seeded(n) for n in configs):
+        top = profile_top(model, max(CURVE_FRACTIONS))  # NOTE: enough for every curve point
+        ensure_profile(model, args.profile, top, work)
     counts = {c: max(4, args.num_prompts * c) for c in args.concurrencies}
     datasets = write_datasets(
         model, work,
@@ -269,6 +187,7 @@ def main() -> int:
     residency, disk = {}, {}
     with ExitStack() as stack:
         urls = start_servers(stack, configs, model, args, work)
+        seeding = {n: wait_seeded(url) for n, url in urls.items() if seeded(n)}
         files = table_files(args.ssd_dir) if any(CONFIGS[n] for n in configs) else []
         probe = files and args.disk_probe_s > 0
         if files:
@@ -298,6 +217,14 @@ def main() -> int:
         "runs": {n: {str(c): rs for c, rs in by.items()} for n, by in runs.items()},
         "page_cache_resident": residency,
         "disk_random_4k_reads_per_s": disk,
+        # NOTE: per ssd config, over its first passes: RAM-cache hits over probes of
+        # lookups and read-ahead together ("all"); "prefill" / "decode": the read-ahead's
+        # probes of prompts at admission / of the next decode step; "lookups": the
+        # lookups' own probes (rows no read-ahead handle done reading held, either phase).
+        "first_pass_ram_hit_ratio": {
+            n: first_pass_hit_ratios(by) for n, by in runs.items() if CONFIGS[n]
+        },
+        "seeding": seeding,
     }
     ratios = [(runs, *ratio) for ratio in RATIOS]
     if replays:
@@ -317,9 +244,18 @@ def main() -> int:
             if n.startswith("ssd")
         }
     print()
-    printed = ("ssd_over_dram_throughput", "ssd_over_dram_p90_tpot", "dram_over_off_throughput")
-    for key in printed + (("replayed_ssd_over_dram_throughput",) if replays else ()):
-        print(f"{key}: {describe_ratios(summary[key + '_per_repeat'])}")
+    printed = [key for key, *_ in RATIOS if "quarter" not in key]
+    for key in printed + (["replayed_ssd_over_dram_throughput"] if replays else []):
+        if summary[key + "_per_repeat"]:
+            print(f"{key}: {describe_ratios(summary[key + '_per_repeat'])}")
+    for name, ratios_of in summary["first_pass_ram_hit_ratio"].items():
+        parts = ", ".join(f"{k} {v}" for k, v in ratios_of.items() if k != "rows_probed")
+        print(f"first-pass RAM-cache hit ratio of {name}: {parts}")
+    for name, done in seeding.items():
+        print(
+            f"{name}: seeded {done['rows']:,.0f} rows into its RAM caches at start "
+            f"({done['table_seconds']:.1f} s, summed over its tables)"
+        )
     print(f"prefetch_exposed_ratio: {summary.get('prefetch_exposed_ratio')}")
     print(f"page cache resident share of the table files: {residency}")
     if disk:
@@ -332,15 +268,27 @@ def main() -> int:
 
     # NOTE: the curve replays every held-out piece (the served prompts are a sample of
     # them), prefill rows only: decode rows follow the random model's own outputs.
-    summary["cache_curve"] = cache_curve(model, heldout_ids(model, args.input_len), CURVE_FRACTIONS)
-    for p in summary["cache_curve"]["points"]:
-        print(f"RAM cache {p['fraction']:.4f} of the table: hit ratio {p['hit_ratio']:.3f}")
+    pieces = heldout_ids(model, args.input_len)
+    curves = {CURVES[0]: cache_curve(model, pieces, CURVE_FRACTIONS)}
+    summary["cache_curve"] = curves[CURVES[0]]
+    if seeding:
+        seed = RowProfile.load(args.profile).rows
+        curves[CURVES[1]] = cache_curve(model, pieces, CURVE_FRACTIONS, seed)
+        # NOTE: the same seed, misses never admitted: what the profile alone covers
+        curves[CURVES[2]] = cache_curve(model, pieces, CURVE_FRACTIONS, seed, admit=False)
+        summary["cache_curve_seeded"] = curves[CURVES[1]]
+        summary["cache_curve_seeded_no_admission"] = curves[CURVES[2]]
+    for i, fraction in enumerate(CURVE_FRACTIONS):
+        ratios_at = ", ".join(f"{k} {c['points'][i]['hit_ratio']:.3f}" for k, c in curves.items())
+        print(f"RAM cache {fraction:.4f} of the table: hit ratio {ratios_at}")
     print(f"90 % of the hits at {summary['cache_curve']['fraction_for_90pct_of_hits']}")
     title = (
         f"Engram tables of {args.table_gib:g} GiB, real CPU SGLang servers "
         f"(median of {args.repeats} interleaved repeats)"
     )
-    png = plot(results, work / "serving_tiers.png", title)
+    png = plot(
+        results, work / "serving_tiers.png", title, curves, CONFIGS["ssd-1/16"], CURVE_CONFIGS
+    )
     summary["png"] = str(png)
     (work / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))

@@ -5,9 +5,12 @@ set-associative layout with LRU replacement inside each set
 (:mod:`engram.ssd.kernels.cache`). A lookup makes one pass that copies its hits out
 (:meth:`RowCache.take`) and, once the rest is read from the file, one pass that admits
 them (:meth:`RowCache.put`). A seed profile fills empty slots ahead of traffic
-(:meth:`RowCache.seed`, :mod:`engram.ssd.seeding`). Hits and misses are counted per distinct row of a lookup,
-once: a read-ahead fill probes the cache too but counts nothing (``count=False``), so
-the hits and misses of a table's lookups add up to the rows they looked up here.
+(:meth:`RowCache.seed`, :mod:`engram.ssd.seeding`). Hits and misses are counted per
+distinct row of a probe, apart by who probed (:data:`PROBERS`): a lookup, or a read-ahead
+fill of a prompt (at admission) or of a decode step. The hits and misses of a table's
+lookups add up to the rows they looked up here; a read-ahead fill probes before it reads
+from the disk, and a lookup then takes those rows from its handle without asking the
+cache again (or, if the handle is still reading, asks for them too).
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ import numpy as np
 from engram.errors import EngramTableError
 from engram.ssd import kernels
 from engram.ssd.kernels.constants import MISS
+
+# who probes the cache, counted apart (``RowCache.take``'s ``by``): a table's lookups, its
+# read-ahead of a prompt at admission, its read-ahead of a decode step (urgent handles)
+PROBERS = ("lookup", "prompt_ahead", "decode_ahead")
 
 
 class RowCache:
@@ -37,8 +44,7 @@ class RowCache:
         # np.full writes every page now, once, at start.
         self.stamps = np.full((n_sets, self.ways), 0, dtype=np.int64)
         self.rows = np.full((n_sets * self.ways, row_bytes), 0, dtype=np.uint8)
-        self.hits = 0
-        self.misses = 0
+        self.probes = {by: [0, 0] for by in PROBERS}  # hits, misses
         self._clock = 1  # NOTE: advanced by each call's row count; empty slots keep 0
         self._lock = threading.Lock()
 
@@ -55,6 +61,16 @@ class RowCache:
         return self.rows.nbytes
 
     @property
+    def hits(self) -> int:
+        """Distinct rows of lookups the cache held."""
+        return self.probes["lookup"][0]
+
+    @property
+    def misses(self) -> int:
+        """Distinct rows of lookups the cache did not hold."""
+        return self.probes["lookup"][1]
+
+    @property
     def hit_ratio(self) -> float:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
@@ -66,20 +82,21 @@ class RowCache:
         out: np.ndarray,
         missed: np.ndarray,
         *,
-        count: bool = True,
+        by: str | None = "lookup",
     ) -> tuple[int, int]:
         """Copy the cached rows of distinct ``ids`` still ``need``-ed into ``out`` (row
         ``i`` for ``ids[i]``) and clear their ``need``; the positions of the others go
         to ``missed`` (room for ``len(ids)``). Returns (hits, misses), added to the
-        cache's counts only with ``count`` (a lookup's probe, not a read-ahead's)."""
+        counts of ``by`` (one of :data:`PROBERS`; ``None``: counted nowhere)."""
         with self._lock:
             hits, misses = kernels.cache.take(
                 self.tags, self.stamps, self._clock, self.rows, ids, need, out, missed
             )
             self._clock += ids.size
-            if count:
-                self.hits += hits
-                self.misses += misses
+            if by is not None:
+                counts = self.probes[by]
+                counts[0] += hits
+                counts[1] += misses
         return hits, misses
 
     def put(self, ids: np.ndarray, source: np.ndarray, at: np.ndarray) -> None:
@@ -103,9 +120,12 @@ class RowCache:
             return kernels.cache.seed(self.tags, self.stamps, self.rows, ids, rows, stamps)
 
     def stats(self) -> dict[str, float]:
-        return {
+        out = {
             "ram_cache_bytes": self.nbytes,
             "ram_cache_hits": self.hits,
             "ram_cache_misses": self.misses,
             "ram_cache_hit_ratio": self.hit_ratio,
         }
+        for by in PROBERS[1:]:
+            out[f"ram_cache_{by}_hits"], out[f"ram_cache_{by}_misses"] = self.probes[by]
+        return out

@@ -53,6 +53,18 @@ def fitting(ranked: np.ndarray, n_sets: int, ways: int) -> np.ndarray:
     return ranked[keep]
 
 
+def seed_plan(ranked: np.ndarray, cache: RowCache) -> tuple[np.ndarray, np.ndarray]:
+    """What seeding ``cache`` with ``ranked`` (distinct rows, hottest first) writes: the
+    rows that fit (:func:`fitting`) in file order, and the stamp of each (reserved from
+    the cache's clock), for :meth:`RowCache.seed` in any slices of that order."""
+    chosen = fitting(ranked, cache.n_sets, cache.ways)
+    first = cache.reserve_stamps(chosen.size)
+    # NOTE: the hottest row gets the newest stamp, so the LRU evicts the coldest first.
+    stamps = first + np.arange(chosen.size - 1, -1, -1, dtype=np.int64)
+    order = np.argsort(chosen)  # file order
+    return chosen[order], stamps[order]
+
+
 class Seeder:
     """One thread that seeds ``cache`` with ``seed``'s rows, read by ``read(ids, out)``
     (sorted distinct ids into uint8 rows ``out``). ``rows`` and ``seconds`` grow as it
@@ -101,12 +113,7 @@ class Seeder:
         )
 
     def _fill(self, started: float) -> None:
-        chosen = fitting(self._seed.ids, self._cache.n_sets, self._cache.ways)
-        first = self._cache.reserve_stamps(chosen.size)
-        # NOTE: the hottest row gets the newest stamp, so the LRU evicts the coldest first.
-        stamps = first + np.arange(chosen.size - 1, -1, -1, dtype=np.int64)
-        order = np.argsort(chosen)  # file order
-        ids, stamps = chosen[order], stamps[order]
+        ids, stamps = seed_plan(self._seed.ids, self._cache)
         out = np.empty((min(SEED_BATCH_ROWS, max(ids.size, 1)), self._row_bytes), np.uint8)
         for start in range(0, ids.size, SEED_BATCH_ROWS):
             if self._stopping.is_set():

@@ -239,15 +239,15 @@ class SsdTable(EngramTable):
         return need
 
     def _from_cache(
-        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray, *, count: bool = True
+        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray, *, by: str = "lookup"
     ) -> tuple[int, np.ndarray]:
         """Rows of sorted distinct ``ids`` still ``need``-ed (``self._need``'s flags) that
         the RAM cache holds into ``out``, their ``need`` cleared. Returns (hits, positions
-        in ``ids`` of the rows still needed, ``ALL_ROWS`` for all of them). ``count``:
-        add them to the cache's hits and misses (a lookup's rows, not a read-ahead's)."""
+        in ``ids`` of the rows still needed, ``ALL_ROWS`` for all of them). ``by``: whose
+        hits and misses they count as (``engram.ssd.row_cache.PROBERS``)."""
         if self._cache is not None:
             scratch = self._scratch
-            hits, missed = self._cache.take(ids, need, out, scratch.missed[: ids.size], count=count)
+            hits, missed = self._cache.take(ids, need, out, scratch.missed[: ids.size], by=by)
             return hits, scratch.missed[:missed]
         if need.all():
             return 0, ALL_ROWS
@@ -316,10 +316,11 @@ class SsdTable(EngramTable):
             (ids.size, self.row_bytes), dtype=torch.uint8, device="cpu", pin_memory=pinned
         )
         out = rows.numpy()
-        # NOTE: not counted: the rows reach a lookup through the handle (prefetch_hits)
-        # or the cache, and are counted then. Counted here too, an ssd server's
-        # /metrics showed more RAM-cache misses than rows requested.
-        _, at = self._from_cache(ids, out, self._need(ids.size), count=False)
+        # NOTE: counted apart from the lookups' probes: the rows reach a lookup through the
+        # handle (prefetch_hits) or the cache, and a lookup counts only the latter. Counted
+        # with them, an ssd server's /metrics showed more RAM-cache misses than rows requested.
+        by = "decode_ahead" if handle.urgent else "prompt_ahead"
+        _, at = self._from_cache(ids, out, self._need(ids.size), by=by)
         # NOTE: a copy: the urgent fills between slices reuse this thread's scratch.
         at = np.arange(ids.size) if at is ALL_ROWS else at.copy()
         sliced = not handle.urgent and self._ahead.urgent_recently()
@@ -345,7 +346,12 @@ class SsdTable(EngramTable):
         ``ram_cache_hit_ratio`` (hits / lookups of distinct rows in the RAM row cache; 0
         without one), ``ram_cache_hits`` and ``ram_cache_misses`` (each distinct row of a
         lookup not taken from a read-ahead handle done reading, once: their sum is at most
-        ``unique_rows``; the read-ahead's own probes are not counted), ``ram_cache_bytes``,
+        ``unique_rows``; the read-ahead's own probes are not counted there but in
+        ``ram_cache_prompt_ahead_hits`` / ``_misses`` (each distinct row of a prompt's
+        read-ahead at admission, once, as the fill looks for it in the RAM cache before
+        reading the disk) and ``ram_cache_decode_ahead_hits`` / ``_misses`` (the same for
+        a decode step's read-ahead); a row a lookup wants from a handle still reading is
+        counted by both), ``ram_cache_bytes``,
         ``prefetch_hits`` (rows taken from read-ahead handles), ``prefetch_bytes_held``,
         ``pages_requested`` (pages asked of the data file), ``io_errors`` (lookups
         failed by an I/O error), ``lookup_rows_read`` / ``ahead_rows_read`` (rows read
@@ -360,6 +366,10 @@ class SsdTable(EngramTable):
             "ram_cache_hits": 0,
             "ram_cache_misses": 0,
             "ram_cache_bytes": 0,
+            "ram_cache_prompt_ahead_hits": 0,
+            "ram_cache_prompt_ahead_misses": 0,
+            "ram_cache_decode_ahead_hits": 0,
+            "ram_cache_decode_ahead_misses": 0,
             "prefetch_hits": self._ahead.hits,
             "prefetch_bytes_held": self._ahead.held_bytes(),
             "pages_requested": self._reader.pages_requested,

@@ -114,12 +114,20 @@ def test_ssd_table_stats_are_exported(metrics, layers, tmp_path):
         table.lookup(ids)  # the second time from the RAM cache
         handle = table.prefetch(ids[:5])
         table.lookup(ids[:5])
+        fresh = torch.randint(0, rows, (random.randint(20, 60),))
+        step = table.prefetch(torch.cat([ids[:3], fresh]), urgent=True)
+        assert step.wait(30)
         metrics.update()
         stats = table.stats()
         assert stats["ram_cache_hits"] > 0 and stats["ram_cache_misses"] > 0
+        assert stats["ram_cache_decode_ahead_hits"] >= 3  # ids[:3] were in the RAM cache
         for name, key in (
             ("ssd_ram_cache_hits", "ram_cache_hits"),
             ("ssd_ram_cache_misses", "ram_cache_misses"),
+            ("ssd_ram_cache_prompt_ahead_hits", "ram_cache_prompt_ahead_hits"),
+            ("ssd_ram_cache_prompt_ahead_misses", "ram_cache_prompt_ahead_misses"),
+            ("ssd_ram_cache_decode_ahead_hits", "ram_cache_decode_ahead_hits"),
+            ("ssd_ram_cache_decode_ahead_misses", "ram_cache_decode_ahead_misses"),
             ("ssd_prefetch_hits", "prefetch_hits"),
             ("ssd_io_errors", "io_errors"),
             ("ssd_lookup_read_seconds", "lookup_read_seconds"),
@@ -137,6 +145,7 @@ def test_ssd_table_stats_are_exported(metrics, layers, tmp_path):
         assert hits > stats["ram_cache_hits"]
         assert _value("sglang:engram_ssd_ram_cache_hits_total", layer=str(layer)) == hits
         handle.release()
+        step.release()
     finally:
         table.close()
 

@@ -1,11 +1,10 @@
 """``--engram-offload ssd --engram-seed-profile P`` through real SGLang: the tiny model's
 tables seed their RAM caches from a profile of a corpus (``python -m engram.profile``)
 while the server starts, and the first requests drawn from that corpus find their rows
-in RAM. One server for the module.
-
-NOTE: ``--no-engram-prefetch``: with the read-ahead on, a lookup takes its rows from the
-read-ahead's handles (which took them from the RAM cache) and the cache counts no hit;
-without it, every lookup asks the cache, so its hits show what the seeding gave.
+in RAM. Two servers: without read-ahead (``--no-engram-prefetch``: every lookup asks the
+RAM cache, so the lookups' hits show what the seeding gave) and with it (a lookup takes
+its rows from the read-ahead's handles, which asked the RAM cache for them: what the
+cache served is the lookups' hits plus the read-ahead's, counted apart).
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +26,7 @@ import torch
 from engram_testing.client import generate_ids, settled_metrics
 from engram_testing.reference import agreement_all, load_reference
 from engram_testing.server import free_port, launch_command, server_env, sglang_server
+from sglang_engram.metrics.names import SSD_COUNTERS
 
 from engram.files import GIB
 from engram.model.corpus import split_documents, stdlib_documents
@@ -42,6 +43,7 @@ RAM_CACHE_GB = 0.004  # NOTE: about half of each tiny table: the seed must choos
 NEW_TOKENS = 8
 SEEDED = "sglang:engram_ssd_seeded_rows_total"
 HITS = "sglang:engram_ssd_ram_cache_hits_total"
+AHEAD_HITS = [f"sglang:engram_ssd_ram_cache_{by}_ahead_hits_total" for by in ("prompt", "decode")]
 SEEDED_LINE = re.compile(r"Engram layer (\d+) \(profile .*\): seeded (\d+) rows \(([\d.]+) MiB\)")
 
 
@@ -86,17 +88,27 @@ def profile(tiny, corpus, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def server(tiny, profile, tmp_path_factory) -> Iterator[tuple[str, Path]]:
-    logs = tmp_path_factory.mktemp("logs")
-    log = logs / "seeded.log"
+def _seeded_server(tiny: Path, profile: Path, tmp_path_factory, *extra: str):
+    """A seeded ssd server (``--sleep-on-idle``: the module's other one, idle, spins no
+    core); yields (its URL, its log)."""
+    log = tmp_path_factory.mktemp("logs") / "seeded.log"
     args = (
         "--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path_factory.mktemp("ssd")),
         "--engram-seed-profile", str(profile), "--engram-ram-cache-gb", str(RAM_CACHE_GB),
-        "--no-engram-prefetch",
+        "--sleep-on-idle", *extra,
     )  # fmt: skip
     with sglang_server(tiny, *args, log=log) as url:
         yield url, log
+
+
+@pytest.fixture(scope="module")
+def server(tiny, profile, tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    yield from _seeded_server(tiny, profile, tmp_path_factory, "--no-engram-prefetch")
+
+
+@pytest.fixture(scope="module")
+def read_ahead_server(tiny, profile, tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    yield from _seeded_server(tiny, profile, tmp_path_factory)
 
 
 def _seeded_lines(log: Path, layers: int, timeout_s: float = 120) -> dict[int, tuple[int, float]]:
@@ -152,18 +164,64 @@ def test_seeded_server_serves_the_profiles_rows_from_ram(
     agree = agreement_all(reference, prompts, served, "both")
     assert agree.all_agree, agree  # the seeded rows are the table's rows, bit for bit
     after = settled_metrics(url, labelled=True)
-    hits = sum(after[f"{HITS}{{layer={layer}}}"] - before.get(f"{HITS}{{layer={layer}}}", 0)
-               for layer in spec.layer_ids)  # fmt: skip
+    hits = _grown(before, after, HITS, spec)
     # the prompts' own rows the seed put in RAM: nearly all of them hit on this first pass
     # (the few lookups before can evict a seeded row only where they admit one)
-    seeded_prompt_rows = sum(
+    seeded_prompt_rows = _seeded_rows_of(prompts, fit, spec, reference)
+    assert seeded_prompt_rows > 0
+    assert hits >= 0.8 * seeded_prompt_rows, (hits, seeded_prompt_rows)
+    assert all(_grown(before, after, name, spec) == 0 for name in AHEAD_HITS)  # none ran
+
+
+def test_with_read_ahead_the_ram_cache_hits_count_the_read_ahead_s_too(
+    read_ahead_server, profile, spec, reference, corpus, tiny
+) -> None:
+    """The read-ahead takes a prompt's seeded rows from the RAM cache at admission and the
+    lookups take them from its handles: the lookups' hits alone under-report what the
+    cache served, and the read-ahead's, counted apart, make up the rest."""
+    url, log = read_ahead_server
+    assert sorted(_seeded_lines(log, spec.n_layers)) == sorted(spec.layer_ids)
+    before = settled_metrics(url, labelled=True)
+    prompts = _prompts(corpus, tiny, 4, random.Random())
+    served = [generate_ids(url, p, NEW_TOKENS) for p in prompts]
+    agree = agreement_all(reference, prompts, served, "both")
+    assert agree.all_agree, agree
+    after = settled_metrics(url, labelled=True)
+    lookup_hits = _grown(before, after, HITS, spec)
+    prompt_ahead, decode_ahead = (_grown(before, after, name, spec) for name in AHEAD_HITS)
+    seeded_prompt_rows = _seeded_rows_of(prompts, _fit(profile, spec), spec, reference)
+    assert seeded_prompt_rows > 0
+    # the read-ahead found the prompts' seeded rows in the RAM cache: first-pass hits of
+    # lookups and read-ahead together cover most of them
+    assert prompt_ahead > 0, (lookup_hits, prompt_ahead, decode_ahead)
+    assert lookup_hits + prompt_ahead + decode_ahead >= 0.8 * seeded_prompt_rows, (
+        lookup_hits, prompt_ahead, decode_ahead, seeded_prompt_rows,
+    )  # fmt: skip
+    misses = [f"sglang:engram_ssd_ram_cache_{by}_ahead_misses_total" for by in ("prompt", "decode")]
+    assert _grown(before, after, misses[0], spec) > 0  # a prompt's unseeded rows
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    for name, (key, doc) in SSD_COUNTERS.items():
+        if "_ahead_" in key:  # the new counters, each with its help text
+            assert f"# HELP {name}_total {doc}" in text, name
+
+
+def _grown(before: dict, after: dict, name: str, spec: EngramSpec) -> float:
+    """How much counter ``name`` grew, summed over the layers."""
+    return sum(
+        after.get(f"{name}{{layer={layer}}}", 0) - before.get(f"{name}{{layer={layer}}}", 0)
+        for layer in spec.layer_ids
+    )
+
+
+def _seeded_rows_of(prompts, fit: dict[int, np.ndarray], spec: EngramSpec, reference) -> int:
+    """The distinct rows each prompt's prefill looks up in each table that seeding put there."""
+    return sum(
         np.intersect1d(reference.hasher.hash(torch.tensor(p))[:, i].reshape(-1).numpy(),
                        fit[layer]).size
         for p in prompts
         for i, layer in enumerate(spec.layer_ids)
     )  # fmt: skip
-    assert seeded_prompt_rows > 0
-    assert hits >= 0.8 * seeded_prompt_rows, (hits, seeded_prompt_rows)
 
 
 @pytest.mark.parametrize("case", ["dram placement", "another model's profile"])

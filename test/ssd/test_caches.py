@@ -63,10 +63,10 @@ def test_rows_from_read_ahead_count_as_ssd_and_ram_cache_hits_as_dram(tmp_path: 
     table.close()
 
 
-def test_ram_cache_counts_each_looked_up_row_once_not_the_read_ahead_s(tmp_path: Path) -> None:
+def test_ram_cache_counts_lookups_and_the_read_ahead_apart_each_row_once(tmp_path: Path) -> None:
     """hits + misses == the distinct rows lookups looked for in the RAM cache; the
-    read-ahead's own probes count in neither, so misses never pass the rows requested
-    (a served ssd table showed more misses than rows requested)."""
+    read-ahead's own probes count in neither (a served ssd table once showed more misses
+    than rows requested) but in their own hits and misses, prompts' and decode steps'."""
     weight, scale = random_table(ROWS, DIM)
     dram = create_table("dram", weight, scale)
     table = create_table("ssd", weight, scale, path=tmp_path / "t", ram_cache_bytes=8 << 20)
@@ -85,6 +85,20 @@ def test_ram_cache_counts_each_looked_up_row_once_not_the_read_ahead_s(tmp_path:
         assert torch.equal(table.lookup(step), dram.lookup(step))
     stats = table.stats()
     assert (stats["ram_cache_hits"], stats["ram_cache_misses"]) == (0, 0)
+    # the read-ahead's own probes are counted apart, prompts' and decode steps': each
+    # distinct row of a fill once, a hit where an earlier fill had read it
+    assert (stats["ram_cache_prompt_ahead_hits"], stats["ram_cache_prompt_ahead_misses"]) == (
+        0, prompt.unique().numel(),
+    )  # fmt: skip
+    seen, ahead_hits, ahead_misses = set(prompt.tolist()), 0, 0
+    for step in steps:
+        distinct = set(step.tolist())
+        ahead_hits += len(distinct & seen)
+        ahead_misses += len(distinct - seen)
+        seen |= distinct
+    assert (stats["ram_cache_decode_ahead_hits"], stats["ram_cache_decode_ahead_misses"]) == (
+        ahead_hits, ahead_misses,
+    )  # fmt: skip
     # rows the read-ahead read sit in the RAM cache: a lookup mixing handle rows, those
     # and fresh rows looks for the last two kinds there, each distinct row once
     held = torch.cat([prompt, *steps]).unique()
@@ -115,6 +129,8 @@ SSD_STATS = {
     "lookup_rows_read", "ahead_rows_read",
     "lookup_read_seconds", "ahead_read_seconds", "handle_wait_seconds",
     "seeded_rows", "seed_seconds",
+    "ram_cache_prompt_ahead_hits", "ram_cache_prompt_ahead_misses",
+    "ram_cache_decode_ahead_hits", "ram_cache_decode_ahead_misses",
 }  # fmt: skip
 
 

@@ -100,7 +100,7 @@ def test_seeding_never_evicts_rows_lookups_admitted() -> None:
     def held() -> np.ndarray:
         out = np.empty((traffic.size, ROW_BYTES), np.uint8)
         need = np.ones(traffic.size, dtype=bool)
-        cache.take(traffic, need, out, np.empty(traffic.size, np.int64), count=False)
+        cache.take(traffic, need, out, np.empty(traffic.size, np.int64), by=None)
         assert np.array_equal(out[~need], packed[traffic[~need]])
         return traffic[~need]
 

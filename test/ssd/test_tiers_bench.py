@@ -14,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engram_testing.tiers.cache_curve import cache_curve
 from engram_testing.tiers.report import drop_page_cache, resident_fraction
-from engram_testing.tiers.workload import cache_curve, served_prompts, write_datasets
+from engram_testing.tiers.workload import prompt_rows, served_prompts, write_datasets
 
+from engram.model.config import TinyEngramConfig
 from test.ssd.helpers import REPO
 
 
@@ -56,6 +58,28 @@ def test_cache_curve_grows_with_size_and_is_bounded_by_the_unbounded_cache(model
     assert curve["distinct_rows"] < curve["row_lookups"]
 
 
+def test_a_seeded_cache_curve_hits_the_rows_it_was_seeded_with(model, tmp_path) -> None:
+    """Seeded with the prompts' own rows (in a random order), a cache as large as the
+    table serves nearly every lookup from the start; at every size the seed only adds hits."""
+    files = write_datasets(model, tmp_path, {"c4": 8}, 96)
+    prompts = served_prompts(files["c4"], model, 8, 96, 16, 1.0, seed=5)
+    rows = prompt_rows(model, prompts)
+    layers = TinyEngramConfig.from_pretrained(model).engram_layer_ids
+    rng = np.random.default_rng()
+    seed = {
+        layer: rng.permutation(np.unique(np.concatenate([p[i] for p in rows])))
+        for i, layer in enumerate(layers)
+    }
+    fractions = [1 / 64, 1 / 8, 1.0]
+    plain = cache_curve(model, prompts, fractions)
+    seeded = cache_curve(model, prompts, fractions, seed)
+    assert seeded["seeded"] and not plain["seeded"]
+    for a, b in zip(plain["points"], seeded["points"], strict=True):
+        assert b["hit_ratio"] >= a["hit_ratio"]
+    assert seeded["points"][-1]["hit_ratio"] > 0.99
+    assert plain["points"][-1]["hit_ratio"] == pytest.approx(plain["unbounded_hit_ratio"])
+
+
 def test_page_cache_residency_is_measured_and_dropped(tmp_path) -> None:
     path = tmp_path / "rows.bin"
     data = np.random.default_rng().integers(0, 255, 4 << 20, dtype=np.uint8).tobytes()
@@ -93,7 +117,8 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
     cmd = [
         sys.executable, str(REPO / "benchmark/bench_serving_tiers.py"), "--table-gib", "0.02",
         "--model", str(tmp_path / "m"), "--ssd-dir", str(tmp_path / "ssd"), "--out", str(out),
-        "--configs", "dram,ssd-1/16", "--concurrencies", "2", "--repeats", "2",
+        "--profile", str(tmp_path / "profile.npz"),
+        "--configs", "dram,ssd-1/16,ssd-1/16-seeded", "--concurrencies", "2", "--repeats", "2",
         "--num-prompts", "1", "--input-len", "48", "--output-len", "4", "--replay",
         "--disk-probe-s", "0.5",
     ]  # fmt: skip
@@ -118,10 +143,32 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
     disk = summary["disk_random_4k_reads_per_s"]
     assert disk["before"] > 0 and disk["after"] > 0
     assert "the disk's random 4 KiB reads/s at depth 512" in proc.stdout
-    assert summary["ssd_outputs_equal_dram"] == {"ssd-1/16": 1.0}
+    assert summary["ssd_outputs_equal_dram"] == {"ssd-1/16": 1.0, "ssd-1/16-seeded": 1.0}
     assert 0 <= summary["prefetch_exposed_ratio"] <= 1
     assert Path(summary["png"]).stat().st_size > 10_000
     assert "ssd_over_dram_throughput: c=2: " in proc.stdout
+    # the seeded config: its profile made over the train split, its ratios and hit ratios
+    assert (tmp_path / "profile.npz").is_file()
+    assert "profiling the stdlib's train split" in proc.stdout
+    assert summary["seeding"]["ssd-1/16-seeded"]["rows"] > 0
+    for key in ("seeded_ssd_over_dram_throughput", "seeded_ssd_over_dram_p90_tpot"):
+        assert len(summary[key + "_per_repeat"]["2"]) == 2 and summary[key]["2"] > 0
+    hit = summary["first_pass_ram_hit_ratio"]
+    assert set(hit) == {"ssd-1/16", "ssd-1/16-seeded"}
+    for name, ratios in hit.items():
+        probed = ratios["rows_probed"]
+        assert probed["prefill"] > 0 and probed["decode"] > 0, (name, ratios)
+        assert all(0 <= ratios[k] <= 1 for k in ("all", "prefill", "decode")), (name, ratios)
+    # seeded from text like the prompts', the read-ahead finds more of a prompt's rows
+    assert hit["ssd-1/16-seeded"]["prefill"] > hit["ssd-1/16"]["prefill"]
+    curves = {
+        key: [p["hit_ratio"] for p in summary[key]["points"]]
+        for key in ("cache_curve", "cache_curve_seeded", "cache_curve_seeded_no_admission")
+    }
+    assert len({len(c) for c in curves.values()}) == 1
+    # the seeded rows kept (misses not admitted): the smallest cache hits more than an
+    # empty LRU cache over the same stream (the seeded LRU cache is measured, not bounded)
+    assert curves["cache_curve_seeded_no_admission"][0] > curves["cache_curve"][0]
     # --replay: each run's prompts again; the ssd server finds their rows in its RAM cache
     assert len(summary["replayed_ssd_over_dram_throughput_per_repeat"]["2"]) == 2
     for first, again in zip(

@@ -15,7 +15,14 @@ import numpy as np
 import psutil
 from sglang_engram.compare.plots import X_LABEL
 
+from engram.ssd.row_cache import PROBERS
 from engram.ssd.sysmem import mincore
+from engram_testing.tiers.cache_curve import draw_curves
+
+# NOTE: the first-pass hit ratio's parts, by who asked the RAM cache: the read-ahead of a
+# prompt at its admission (its prefill's rows), of a decode step (the next step's rows),
+# and lookups themselves (rows no read-ahead handle done reading held: either phase).
+PHASES = {"prefill": "prompt_ahead", "decode": "decode_ahead", "lookups": "lookup"}
 
 
 def table_files(ssd_dir: Path) -> list[Path]:
@@ -77,6 +84,11 @@ def run_figures(
         return after.get(key, 0.0) - before.get(key, 0.0)
 
     hits, misses = grown("ssd_ram_cache_hits"), grown("ssd_ram_cache_misses")
+    probes = {}
+    for by in PROBERS:
+        stem = "ssd_ram_cache" if by == "lookup" else f"ssd_ram_cache_{by}"
+        probes[f"ram_{by}_hits"] = grown(f"{stem}_hits")
+        probes[f"ram_{by}_misses"] = grown(f"{stem}_misses")
     disk_rows = grown("ssd_lookup_rows_read") + grown("ssd_ahead_rows_read")
     lookup, ahead = grown("ssd_lookup_read_seconds"), grown("ssd_ahead_read_seconds")
     waits = grown("ssd_handle_wait_seconds")
@@ -92,12 +104,37 @@ def run_figures(
         # cache's misses count only lookups' rows).
         "disk_rows_s": disk_rows / duration if duration else 0.0,
         "ram_cache_hit_ratio": hits / (hits + misses) if hits + misses else None,
+        # NOTE: lookups' and read-ahead's probes together: what the RAM cache served
+        "ram_all_hit_ratio": _hit_ratio([probes]),
+        **probes,
         "prefetch_hits": grown("ssd_prefetch_hits"),
         "exposed_read_s": lookup + waits,
         "total_read_s": lookup + ahead,
         # NOTE: on a CPU-bound machine, CPU time per token is what a tier costs.
         "server_cpu_ms_per_token": 1e3 * cpu_s / max(1, int(result["total_output_tokens"])),
     }
+
+
+def _hit_ratio(runs: list[dict], probers: tuple[str, ...] = PROBERS) -> float | None:
+    """RAM-cache hits over probes of ``probers``, summed over ``runs``; None without any."""
+    hits = sum(r[f"ram_{by}_hits"] for r in runs for by in probers)
+    misses = sum(r[f"ram_{by}_misses"] for r in runs for by in probers)
+    return round(hits / (hits + misses), 4) if hits + misses else None
+
+
+def first_pass_hit_ratios(runs: dict[int, list[dict]]) -> dict[str, Any]:
+    """One config's RAM-cache hits over probes in all its first-pass ``runs`` (per
+    concurrency, per repeat): ``all`` (lookups and read-ahead), and apart by
+    :data:`PHASES`, with the rows probed of each."""
+    flat = [r for rs in runs.values() for r in rs]
+    out: dict[str, Any] = {"all": _hit_ratio(flat)}
+    for phase, by in PHASES.items():
+        out[phase] = _hit_ratio(flat, (by,))
+    out["rows_probed"] = {
+        phase: int(sum(r[f"ram_{by}_hits"] + r[f"ram_{by}_misses"] for r in flat))
+        for phase, by in PHASES.items()
+    }
+    return out
 
 
 def exposed_ratio(runs: list[dict]) -> float | None:
@@ -140,10 +177,12 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def print_table(results: dict[str, dict[int, dict]]) -> None:
+    """Medians per config and concurrency. ``RAM hit``: lookups' RAM-cache hit ratio;
+    ``+ahead``: the read-ahead's probes counted in (what the cache served)."""
     head = (
-        f"{'config':<10}{'conc':>5}{'total tok/s':>12}{'out tok/s':>10}{'P90 TPOT':>10}"
-        f"{'P90 TTFT':>10}{'disk rows/s':>12}{'RAM hit':>8}{'ahead hits':>11}{'exposed':>8}"
-        f"{'CPU ms/tok':>11}"
+        f"{'config':<16}{'conc':>5}{'total tok/s':>12}{'out tok/s':>10}{'P90 TPOT':>10}"
+        f"{'P90 TTFT':>10}{'disk rows/s':>12}{'RAM hit':>8}{'+ahead':>7}{'ahead hits':>11}"
+        f"{'exposed':>8}{'CPU ms/tok':>11}"
     )
     print(head)
     print("-" * len(head))
@@ -151,31 +190,47 @@ def print_table(results: dict[str, dict[int, dict]]) -> None:
         for conc, r in sorted(by_conc.items()):
             ssd = r["total_read_s"] > 0 or r["ram_cache_hit_ratio"] is not None
             print(
-                f"{name:<10}{conc:>5}{r['total_tok_s']:>12.1f}{r['output_tok_s']:>10.1f}"
+                f"{name:<16}{conc:>5}{r['total_tok_s']:>12.1f}{r['output_tok_s']:>10.1f}"
                 f"{r['p90_tpot_ms']:>8.1f}ms{r['p90_ttft_ms']:>8.0f}ms"
                 f"{_cell(r['disk_rows_s'] if ssd else None, '12.0f'):>12}"
                 f"{_cell(r['ram_cache_hit_ratio'], '8.3f'):>8}"
+                f"{_cell(r['ram_all_hit_ratio'], '7.3f'):>7}"
                 f"{_cell(r['prefetch_hits'] if ssd else None, '11.0f'):>11}"
                 f"{_cell(exposed_ratio([r]) if ssd else None, '8.3f'):>8}"
                 f"{_cell(r.get('server_cpu_ms_per_token'), '11.1f'):>11}"
             )
+    print("RAM hit: lookups' RAM-cache hit ratio; +ahead: the read-ahead's probes counted in")
 
 
-def plot(results: dict[str, dict[int, dict]], path: Path, title: str) -> Path:
+def plot(
+    results: dict[str, dict[int, dict]],
+    path: Path,
+    title: str,
+    curves: dict[str, dict[str, Any]] | None = None,
+    served_fraction: float | None = None,
+    curve_configs: dict[str, str] | None = None,
+) -> Path:
     """Total throughput against interactivity (1000 / P90 TPOT), one line per config,
-    each point labelled with its concurrency."""
+    each point labelled with its concurrency; beside it, with ``curves``, the RAM-cache
+    hit ratio against cache size (``cache_curve.draw_curves``), each curve in the colour
+    of the config ``curve_configs`` names for it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
+    if curves:
+        fig, (ax, right) = plt.subplots(1, 2, figsize=(16, 6.5), dpi=110)
+    else:
+        fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
     markers = "osD^v"
+    colors = {}
     for i, (name, by_conc) in enumerate(results.items()):
         concs = sorted(by_conc)
         xs = [1000.0 / by_conc[c]["p90_tpot_ms"] for c in concs]
         ys = [by_conc[c]["total_tok_s"] for c in concs]
         line = ax.plot(xs, ys, marker=markers[i % len(markers)], linewidth=1.4, label=name)[0]
+        colors[name] = line.get_color()
         for c, x, y in zip(concs, xs, ys, strict=True):
             ax.annotate(
                 str(c), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8,
@@ -188,6 +243,9 @@ def plot(results: dict[str, dict[int, dict]], path: Path, title: str) -> Path:
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=9, loc="best")
+    if curves:
+        named = (curve_configs or {}).items()
+        draw_curves(right, curves, served_fraction, {k: colors[c] for k, c in named if c in colors})
     fig.text(0.01, 0.01, "labels: max concurrency", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)

@@ -9,8 +9,8 @@ the ids). Each run (a concurrency in a repeat) gets its own file of pieces no ot
 uses, so a server's RAM cache is warm only from other text, as in a deployment.
 
 :func:`served_prompts` asks SGLang's own sampler for the ids it sends (same seed, same
-file), and :func:`cache_curve` replays their rows through the RAM cache's index
-(:class:`engram.ssd.row_cache.RowCache`'s set-associative LRU) at several cache sizes.
+file), and :func:`prompt_rows` gives the rows their prefills look up
+(:mod:`engram_testing.tiers.cache_curve` replays them through the RAM cache).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +26,6 @@ from engram.hashing import NgramHasher
 from engram.model.config import TinyEngramConfig
 from engram.model.corpus import split_documents, stdlib_documents
 from engram.model.tokenizer import load_tokenizer
-from engram.ssd.row_cache import RowCache
 from engram.token_map import build_token_map
 
 SLACK_TOKENS = 48  # a piece is this much longer than the prompt it must give
@@ -116,66 +114,3 @@ def prompt_rows(model_dir: Path, prompts: list[list[int]]) -> list[list[np.ndarr
         rows = hasher.hash(torch.tensor(ids, dtype=torch.int64))  # [T, layers, cols]
         out.append([rows[:, i].reshape(-1).numpy() for i in range(len(cfg.engram_layer_ids))])
     return out
-
-
-def cache_curve(
-    model_dir: Path, prompts: list[list[int]], fractions: list[float]
-) -> dict[str, Any]:
-    """RAM-cache hit ratio of the prompts' rows, replayed in order (one lookup per
-    prompt and layer, as a prefill reads them) through one ``RowCache`` per table of
-    ``fraction`` x that table's bytes; and the unbounded cache's ratio (every repeat a
-    hit) that bounds them. Hits and misses count distinct rows per lookup, as the
-    server's counters do."""
-    _, cfg = model_hasher(model_dir)
-    rows = prompt_rows(model_dir, prompts)
-    row_bytes = cfg.spec.row_bytes
-    lookups = [np.unique(layer) for prompt in rows for layer in prompt]
-    layer_of = [i for _ in rows for i in range(len(cfg.engram_layer_ids))]
-    total = sum(u.size for u in lookups)
-    seen: list[set[int]] = [set() for _ in cfg.engram_layer_ids]
-    repeats = 0
-    for layer, ids in zip(layer_of, lookups, strict=True):
-        before = len(seen[layer])
-        seen[layer].update(ids.tolist())
-        repeats += ids.size - (len(seen[layer]) - before)
-    points = []
-    for fraction in fractions:
-        # NOTE: RowCache itself and its take/put steps (take the hits, then admit what
-        # missed), with one-byte rows: a cache of half an 8 GiB table would hold 4 GiB.
-        caches = [
-            RowCache(max(1, int(fraction * n * row_bytes) // row_bytes), 1)
-            for n in cfg.engram_num_embeddings
-        ]
-        hits = 0
-        for layer, ids in zip(layer_of, lookups, strict=True):
-            need = np.ones(ids.size, dtype=bool)
-            rows = np.zeros((ids.size, 1), dtype=np.uint8)
-            missed = np.empty(ids.size, dtype=np.int64)
-            took, misses = caches[layer].take(ids, need, rows, missed)
-            hits += took
-            caches[layer].put(ids[missed[:misses]], rows, missed[:misses])
-        points.append({"fraction": fraction, "hit_ratio": hits / total})
-        del caches
-    unbounded = repeats / total
-    return {
-        "points": points,
-        "unbounded_hit_ratio": unbounded,
-        "distinct_rows": sum(len(s) for s in seen),
-        "row_lookups": total,
-        "fraction_for_90pct_of_hits": _fraction_for(points, 0.9 * unbounded),
-    }
-
-
-def _fraction_for(points: list[dict[str, float]], target: float) -> float | None:
-    """The smallest cache fraction whose hit ratio reaches ``target`` (log-linear
-    interpolation between measured sizes); None if none does."""
-    previous = None
-    for p in points:
-        if p["hit_ratio"] >= target:
-            if previous is None or p["hit_ratio"] == previous["hit_ratio"]:
-                return p["fraction"]
-            share = (target - previous["hit_ratio"]) / (p["hit_ratio"] - previous["hit_ratio"])
-            lo, hi = np.log2(previous["fraction"]), np.log2(p["fraction"])
-            return float(2 ** (lo + share * (hi - lo)))
-        previous = p
-    return None

@@ -32,6 +32,27 @@ SSD_COUNTERS = {
         "ram_cache_misses",
         "Distinct Engram rows of lookups the ssd RAM cache missed (read-ahead not counted)",
     ),
+    # NOTE: the read-ahead's own probes, apart: a fill looks for each distinct row of its
+    # handle in the RAM cache before reading the disk, and lookups then take those rows
+    # from the handle (ssd_prefetch_hits) without asking the cache. With read-ahead on,
+    # what the cache served is these hits plus the lookups' (a lookup that wants a row of
+    # a handle still reading asks for it too: that row is counted twice).
+    f"{PREFIX}ssd_ram_cache_prompt_ahead_hits": (
+        "ram_cache_prompt_ahead_hits",
+        "Distinct Engram rows of prompts' ssd read-ahead (at admission) found in the RAM cache",
+    ),
+    f"{PREFIX}ssd_ram_cache_prompt_ahead_misses": (
+        "ram_cache_prompt_ahead_misses",
+        "Distinct Engram rows of prompts' ssd read-ahead (at admission) not in the RAM cache",
+    ),
+    f"{PREFIX}ssd_ram_cache_decode_ahead_hits": (
+        "ram_cache_decode_ahead_hits",
+        "Distinct Engram rows of decode steps' ssd read-ahead found in the RAM cache",
+    ),
+    f"{PREFIX}ssd_ram_cache_decode_ahead_misses": (
+        "ram_cache_decode_ahead_misses",
+        "Distinct Engram rows of decode steps' ssd read-ahead not in the RAM cache",
+    ),
     f"{PREFIX}ssd_prefetch_hits": ("prefetch_hits", "Engram rows served from SSD read-ahead"),
     f"{PREFIX}ssd_io_errors": ("io_errors", "Failed reads of Engram ssd table files"),
     f"{PREFIX}ssd_lookup_rows_read": ("lookup_rows_read", "Engram rows lookups read from ssd"),

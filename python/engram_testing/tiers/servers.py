@@ -1,0 +1,95 @@
+"""The servers ``bench_serving_tiers.py`` compares: the model it builds, each config's
+flags, whether they fit in memory at once, and starting them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import psutil
+
+from engram_testing.client import settled_metrics
+from engram_testing.server import sglang_server
+
+# config -> its RAM cache as a share of the tables (an ssd config), or None
+CONFIGS = {
+    "dram": None,
+    "ssd-1/16": 1 / 16,
+    "ssd-1/16-seeded": 1 / 16,
+    "ssd-1/4": 1 / 4,
+    "off": None,
+}
+SEEDED_SUFFIX = "-seeded"  # NOTE: such a config starts with --engram-seed-profile
+# NOTE: one tiny-model CPU server's memory besides its tables and cache (its scheduler,
+# tokenizer and detokenizer processes: ~2.6 GiB measured, four servers at once on 24 GiB).
+SERVER_GIB = 2.5
+SEEDED_ROWS = "sglang:engram_ssd_seeded_rows_total"
+SEED_SECONDS = "sglang:engram_ssd_seed_seconds_total"
+
+
+def build_model(table_gib: float, out: Path) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "engram.model", "build", "--random", "--engram-table-gib",
+         f"{table_gib:g}", "--out", str(out), "--reuse"],
+        check=True,
+    )  # fmt: skip
+    return out
+
+
+def seeded(name: str) -> bool:
+    return name.endswith(SEEDED_SUFFIX)
+
+
+def server_args(name: str, table_gib: float, ssd_dir: Path, profile: Path | None) -> list[str]:
+    # NOTE: every config runs SGLang's default overlap scheduler (an ssd table reads the
+    # next decode step's rows from the launched step's sampled tokens);
+    # --sleep-on-idle: a CPU server otherwise spins a core while it waits its turn.
+    fraction = CONFIGS[name]
+    if fraction is None:
+        return ["--sleep-on-idle", "--engram-offload", name]
+    flags = [
+        "--sleep-on-idle", "--engram-offload", "ssd", "--engram-ssd-dir", str(ssd_dir),
+        "--engram-ram-cache-gb", f"{table_gib * fraction:.6g}", "--engram-ssd-read", "direct",
+    ]  # fmt: skip
+    if seeded(name):
+        assert profile is not None, "a seeded config needs the profile built first"
+        flags += ["--engram-seed-profile", str(profile)]
+    return flags
+
+
+def slug(name: str) -> str:
+    return name.replace("/", "_")
+
+
+def check_memory(configs: list[str], table_gib: float) -> str | None:
+    """Why the servers would not fit in this machine's memory, or None."""
+    need = sum(
+        SERVER_GIB + table_gib * (CONFIGS[n] or (1.0 if n == "dram" else 0.0)) for n in configs
+    )
+    have = psutil.virtual_memory().available / 2**30
+    if need <= have:
+        return None
+    return (
+        f"error: the servers of {', '.join(configs)} need about {need:.1f} GiB of memory at "
+        f"once, {have:.1f} GiB is available; pass fewer --configs or a smaller --table-gib"
+    )
+
+
+def start_servers(stack: ExitStack, configs: list[str], model: Path, args, work: Path) -> dict:
+    """Every config's server, started one after another; their URLs."""
+    urls = {}
+    for name in configs:
+        flags = server_args(name, args.table_gib, args.ssd_dir, args.profile)
+        print(f"[{name}] starting server: {' '.join(flags)}", flush=True)
+        log = work / f"{slug(name)}.server.log"
+        urls[name] = stack.enter_context(sglang_server(model, *flags, log=log, timeout_s=1800))
+    return urls
+
+
+def wait_seeded(url: str, timeout_s: float = 1800) -> dict[str, float]:
+    """Once a seeded server's tables have seeded their RAM caches (the counters grew
+    and settled): the rows seeded and the seconds it took, summed over the tables."""
+    now = settled_metrics(url, wants={SEEDED_ROWS: 1}, timeout_s=timeout_s)
+    return {"rows": now.get(SEEDED_ROWS, 0.0), "table_seconds": now.get(SEED_SECONDS, 0.0)}
