@@ -1,7 +1,8 @@
 """What Engram from SSD costs a real SGLang server: ``ssd`` against ``dram`` and ``off``.
 
-Builds (or reuses) the tiny backbone with random Engram tables of about ``--table-gib``
-GiB (``python -m engram.model build --random --engram-table-gib G``), then starts
+Builds (or reuses) the tiny model with Engram tables of about ``--table-gib`` GiB
+(``python -m engram.model build --text-backbone --engram-table-gib G``: the bundled
+trained backbone, which writes text; ``--backbone random``: random weights), then starts
 ``python -m sglang.launch_server`` for every config at once (the CPU engine without a GPU):
 
 * ``dram``: the tables in host memory;
@@ -63,6 +64,7 @@ from engram_testing.tiers.report import (
 from engram_testing.tiers.runs import SEED, serve_repeats
 from engram_testing.tiers.seed_profile import ensure_profile, profile_top
 from engram_testing.tiers.servers import (
+    BACKBONES,
     CONFIGS,
     build_model,
     check_memory,
@@ -101,13 +103,19 @@ def main() -> int:
     parser.add_argument(
         "--table-gib", type=float, default=8.0, help="size of the random model's Engram tables"
     )
-    parser.add_argument("--model", type=Path, help="default models/engram-random-<G>g")
-    parser.add_argument("--ssd-dir", type=Path, help="default models/engram-random-<G>g-ssd")
+    parser.add_argument(
+        "--backbone",
+        choices=list(BACKBONES),
+        default="text",
+        help="the model's dense weights: trained on text (writes text) or random",
+    )
+    parser.add_argument("--model", type=Path, help="default models/engram-<BACKBONE>-<G>g")
+    parser.add_argument("--ssd-dir", type=Path, help="default models/engram-<BACKBONE>-<G>g-ssd")
     parser.add_argument(
         "--profile",
         type=Path,
         help="the seeded config's profile, made over the stdlib's train split unless one for "
-        "this model is there (default models/engram-random-<G>g-train-profile.npz)",
+        "this model is there (default models/engram-<BACKBONE>-<G>g-train-profile.npz)",
     )
     parser.add_argument(
         "--configs",
@@ -160,14 +168,14 @@ def main() -> int:
         print(problem)
         return 2
     args.concurrencies = [int(c) for c in args.concurrencies.split(",")]
-    stem = ROOT / "models" / f"engram-random-{args.table_gib:g}g"
+    stem = ROOT / "models" / f"engram-{args.backbone}-{args.table_gib:g}g"
     args.model = args.model or stem
     args.ssd_dir = args.ssd_dir or stem.with_name(stem.name + "-ssd")
     args.profile = args.profile or stem.with_name(stem.name + "-train-profile.npz")
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
 
-    model = build_model(args.table_gib, args.model)
+    model = build_model(args.table_gib, args.model, args.backbone)
     if any(seeded(n) for n in configs):
         top = profile_top(model, max(CURVE_FRACTIONS))  # NOTE: enough for every curve point
         ensure_profile(model, args.profile, top, work)

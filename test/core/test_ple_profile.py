@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from engram_testing.profile_cli import run_profile
 from engram_testing.qwen4_tiny_checkpoint import WEIGHTS_FILE, write_tiny_checkpoint
 from safetensors.torch import load_file, save_file
 
@@ -77,13 +76,7 @@ def test_counts_are_the_prompts_own_rows(checkpoint, corpus, monkeypatch) -> Non
 
 def test_cli_profiles_the_checkpoint(checkpoint, corpus, tmp_path) -> None:
     out = tmp_path / "p.npz"
-    done = subprocess.run(
-        [sys.executable, "-m", "engram.profile", str(checkpoint), str(corpus), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_profile(str(checkpoint), str(corpus), "--out", str(out))
     assert done.returncode == 0, done.stderr
     profile = RowProfile.load(out)
     _, identity = profile_hash(checkpoint, read_config(checkpoint), load_tokenizer(checkpoint))

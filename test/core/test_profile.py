@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from engram_testing.profile_cli import run_profile
 
 from engram.errors import EngramInputError
 from engram.hashing import NgramHasher
@@ -204,19 +203,9 @@ def test_a_profile_of_another_model_or_tokenizer_is_told_apart(hasher) -> None:
     )
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engram.profile", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_cli_writes_a_profile_with_progress(corpus, tmp_path, hasher) -> None:
     out = tmp_path / "out" / "p.npz"
-    done = _cli(str(TINY), str(corpus), "--out", str(out), "--top", "100")
+    done = run_profile(str(TINY), str(corpus), "--out", str(out), "--top", "100")
     assert done.returncode == 0, done.stderr
     assert "profile: 100%" in done.stderr  # progress, a plain line off a terminal
     assert "profiled 5 files" in done.stderr
@@ -236,7 +225,7 @@ def test_cli_writes_a_profile_with_progress(corpus, tmp_path, hasher) -> None:
 )
 def test_cli_bad_input_is_one_line_and_exit_2(corpus, tmp_path, args, message) -> None:
     fill = {"tiny": str(TINY), "tmp": str(tmp_path), "corpus": str(corpus)}
-    done = _cli(*(a.format(**fill) for a in args))
+    done = run_profile(*(a.format(**fill) for a in args))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr

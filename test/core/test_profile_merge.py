@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from engram_testing.profile_cli import run_profile
 
 from engram.model.directory import read_config
 from engram.profile import HashIdentity, RowProfile, load_tokenizer, merge_profiles, model_hasher
@@ -44,16 +43,6 @@ def _dense(profiles: list[RowProfile], layer: int, num_rows: int) -> np.ndarray:
     return total
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engram.profile", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_merge_sums_counts_row_by_row(identity, tmp_path) -> None:
     rng = np.random.default_rng()
     profiles = [_random_profile(identity, rng, int(rng.integers(50, 400))) for _ in range(3)]
@@ -62,7 +51,7 @@ def test_merge_sums_counts_row_by_row(identity, tmp_path) -> None:
         paths.append(tmp_path / f"p{i}.npz")
         profile.save(paths[-1])
     out = tmp_path / "out" / "merged.npz"
-    done = _cli("merge", *map(str, paths), "--out", str(out))
+    done = run_profile("merge", *map(str, paths), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith("merged 3 profiles: layer 1 ")
     merged = RowProfile.load(out)
@@ -105,7 +94,7 @@ def test_a_profile_of_another_hash_is_refused_in_one_line(identity, tmp_path, ch
     other = _random_profile(identity, rng, 100)
     dataclasses.replace(other, identity=dataclasses.replace(identity, **change)).save(b)
     out = tmp_path / "c.npz"
-    done = _cli("merge", str(a), str(b), "--out", str(out))
+    done = run_profile("merge", str(a), str(b), "--out", str(out))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -120,22 +109,22 @@ def test_merge_usage_errors_are_one_line(tmp_path) -> None:
         (["merge", str(tmp_path / "none.npz"), "--out", str(tmp_path / "c.npz")], "does not exist"),
         (["merge", "--out", str(tmp_path / "c.npz")], "the following arguments are required"),
     ]:
-        done = _cli(*args)
+        done = run_profile(*args)
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], done.stderr
     text = tmp_path / "t.npz"
     text.write_text("no profile")
-    done = _cli("merge", str(text), "--out", str(tmp_path / "c.npz"))
+    done = run_profile("merge", str(text), "--out", str(tmp_path / "c.npz"))
     assert done.returncode == 2 and "is not an Engram row profile" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_help_names_both_forms() -> None:
-    done = _cli("--help")
+    done = run_profile("--help")
     assert done.returncode == 0
     assert "python -m engram.profile merge A.npz B.npz ... --out C.npz" in " ".join(
         done.stdout.split()
     )
-    merge_help = _cli("merge", "--help")
+    merge_help = run_profile("merge", "--help")
     assert merge_help.returncode == 0 and "Sum the row counts of profiles" in merge_help.stdout

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from engram_testing.client import flush_prefix_cache, generate_ids, settled_metrics
+from engram_testing.profile_cli import run_profile
 from engram_testing.qwen4_tiny_checkpoint import write_tiny_checkpoint
 from engram_testing.server import sglang_server
 
@@ -31,7 +30,6 @@ from engram.ssd.checkpoint_formats.ple_config import PleConfig
 from engram.ssd.row_cache import RowCache
 from engram.ssd.seeding import fitting
 from test.serving.qwen4_served import ARGS, assert_agree, teacher_forced_gaps
-from test.ssd.helpers import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -72,13 +70,7 @@ def test_a_seeded_ple_server_serves_the_profiles_rows_and_profiles_them(
     for i, text in enumerate(corpus):
         (folder / f"doc{i}.txt").write_text(text)
     seed = tmp_path / "stdlib.npz"
-    done = subprocess.run(
-        [sys.executable, "-m", "engram.profile", str(checkpoint), str(folder), "--out", str(seed)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_profile(str(checkpoint), str(folder), "--out", str(seed))
     assert done.returncode == 0, done.stderr
     config = json.loads((checkpoint / "config.json").read_text())
     ple = PleConfig.from_config(config)

@@ -116,7 +116,7 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
     out = tmp_path / "out"
     cmd = [
         sys.executable, str(REPO / "benchmark/bench_serving_tiers.py"), "--table-gib", "0.02",
-        "--model", str(tmp_path / "m"), "--ssd-dir", str(tmp_path / "ssd"), "--out", str(out),
+        "--backbone", "random", "--model", str(tmp_path / "m"), "--ssd-dir", str(tmp_path / "ssd"), "--out", str(out),
         "--profile", str(tmp_path / "profile.npz"),
         "--configs", "dram,ssd-1/16,ssd-1/16-seeded", "--concurrencies", "2", "--repeats", "2",
         "--num-prompts", "1", "--input-len", "48", "--output-len", "4", "--replay",

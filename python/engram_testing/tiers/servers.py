@@ -29,9 +29,14 @@ SEEDED_ROWS = "sglang:engram_ssd_seeded_rows_total"
 SEED_SECONDS = "sglang:engram_ssd_seed_seconds_total"
 
 
-def build_model(table_gib: float, out: Path) -> Path:
+# NOTE: the served model's backbone: the bundled trained one, which writes stdlib-like text
+# (its decode rows are as predictable as a deployment's), or random weights (random tokens).
+BACKBONES = {"text": "--text-backbone", "random": "--random"}
+
+
+def build_model(table_gib: float, out: Path, backbone: str = "text") -> Path:
     subprocess.run(
-        [sys.executable, "-m", "engram.model", "build", "--random", "--engram-table-gib",
+        [sys.executable, "-m", "engram.model", "build", BACKBONES[backbone], "--engram-table-gib",
          f"{table_gib:g}", "--out", str(out), "--reuse"],
         check=True,
     )  # fmt: skip
