@@ -17,7 +17,7 @@ from engram.profile.make import DEFAULT_TOP, make_profile
 from engram.profile.merge import merge_profiles
 from engram.profile.model import load_tokenizer, model_hasher, profile_hash
 from engram.profile.tally import RowTally
-from engram.profile.upkeep import ProfileUpkeep, rank_path, upkeep_for
+from engram.profile.upkeep import ProfileUpkeep, rank_path
 
 __all__ = [
     "DEFAULT_TOP",
@@ -36,5 +36,4 @@ __all__ = [
     "profile_hash",
     "rank_path",
     "read_header",
-    "upkeep_for",
 ]

@@ -14,22 +14,17 @@ profiles of a TP group's shards, each written by its own process, merge into the
 layer's (``python -m engram.profile merge``); :func:`rank_path` names each rank's file. The header's ``corpus`` says
 ``served_rows`` (ids counted) and ``dropped_counts`` (counts a full tally let go).
 
-:func:`upkeep_for` keeps one upkeep per file per process, closed at interpreter exit and
-on SIGTERM (the handler writes, then the signal takes its previous course). A SIGKILL
-loses what came after the last write: at most :data:`WRITE_EVERY_S` of traffic.
+Whoever makes an upkeep closes it (the plugin: at interpreter exit and on SIGTERM,
+``sglang_engram.tables.profile_out``). A SIGKILL loses what came after the last write:
+at most :data:`WRITE_EVERY_S` of traffic.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
-import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 import numpy as np
 
@@ -141,54 +136,8 @@ class ProfileUpkeep:
                     last_write = now
 
 
-# ---- one upkeep per file and process, closed at exit ------------------------------------
-
-_UPKEEPS: dict[Path, ProfileUpkeep] = {}
-_REGISTRY = threading.Lock()
-
-
 def rank_path(path: str | Path, suffix: str) -> Path:
     """The file one rank of a deployment writes: ``path`` with ``suffix`` (a TP shard's
     ``.tp0of2``, a DP rank's ``.dp1``) before its extension."""
     path = Path(path)
     return path.with_name(path.stem + suffix + path.suffix) if suffix else path
-
-
-def upkeep_for(path: str | Path, identity: Callable[[], HashIdentity]) -> ProfileUpkeep:
-    """This process's upkeep of ``path`` (made on the first call, with ``identity()``),
-    written at interpreter exit and on SIGTERM."""
-    path = Path(path).absolute()
-    with _REGISTRY:
-        upkeep = _UPKEEPS.get(path)
-        if upkeep is None:
-            if not _UPKEEPS:
-                _close_at_exit()
-            upkeep = _UPKEEPS[path] = ProfileUpkeep(path, identity())
-        return upkeep
-
-
-def close_all() -> None:
-    """Close every upkeep :func:`upkeep_for` made (each writes what is left)."""
-    for upkeep in list(_UPKEEPS.values()):
-        try:
-            upkeep.close()
-        except OSError as err:
-            logger.warning("served profile: writing %s failed: %s", upkeep.path, err)
-
-
-def _close_at_exit() -> None:
-    atexit.register(close_all)
-    if threading.current_thread() is not threading.main_thread():
-        logger.warning("served profile: not written on SIGTERM (set up off the main thread)")
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        close_all()
-        signal.signal(signum, previous)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            os.kill(os.getpid(), signum)
-
-    signal.signal(signal.SIGTERM, on_sigterm)

@@ -1,10 +1,13 @@
 """``--engram-profile-out``: refused at start in one line unless the placement is ssd and
 the path can be written; a table opened with it counts the rows its lookups read, a TP
-shard only its own, written as rows of the whole layer to its rank's file."""
+shard only its own, written as rows of the whole layer to its rank's file, and on SIGTERM."""
 
 from __future__ import annotations
 
 import random
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +17,17 @@ from sglang_engram.args.startup_checks import EngramStartupError, check_startup
 from sglang_engram.models.engram_qwen3.family import TinyEngram
 from sglang_engram.protocol.runtime import get_runtime
 from sglang_engram.protocol.server_config import EngramServerConfig
+from sglang_engram.tables.profile_out import close_all
 
 from engram.model.directory import read_config
-from engram.profile import RowProfile, load_tokenizer, profile_hash, rank_path, upkeep_for
+from engram.profile import (
+    HashIdentity,
+    RowProfile,
+    TableIdentity,
+    load_tokenizer,
+    profile_hash,
+    rank_path,
+)
 from engram.spec import EngramSpec
 from engram.ssd.directory import shard_name
 
@@ -93,7 +104,7 @@ def test_a_tp_shard_counts_its_own_rows_as_rows_of_the_layer(sglang_with_plugin,
         np.add.at(truth, ids[owned].numpy(), 1)
     written = rank_path(out, ".tp1of2")
     identity = profile_hash(TINY, read_config(TINY), load_tokenizer(TINY))[1]
-    upkeep_for(written, lambda: identity).close()
+    close_all(get_runtime())
     table.close()
     profile = RowProfile.load(written)
     assert profile.identity == identity
@@ -103,3 +114,54 @@ def test_a_tp_shard_counts_its_own_rows_as_rows_of_the_layer(sglang_with_plugin,
     other = [x for x in spec.layer_ids if x != layer][0]
     assert profile.rows[other].size == 0  # this process serves no table of that layer
     assert not out.exists()  # a TP rank writes its own file only
+
+
+_SERVER = """
+import sys, time, numpy as np
+from engram.profile import HashIdentity, TableIdentity
+from sglang_engram.protocol.runtime import get_runtime
+from sglang_engram.tables.profile_out import upkeep_for
+identity = HashIdentity("ab" * 8, 3, 4, 0, (TableIdentity(2, 5000, "0" * 16),))
+tally = upkeep_for(get_runtime(), sys.argv[1], lambda: identity).tally(2, 0, 5000)
+tally.add(np.array([int(i) for i in sys.argv[2].split(",")]))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigterm_writes_the_counts_then_ends_the_process(tmp_path) -> None:
+    ids = [random.randrange(5000) for _ in range(random.randint(1, 300))]
+    path = tmp_path / "served.npz"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVER, str(path), ",".join(map(str, ids))],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)  # NOTE: before the 2 s settle: only the handler writes
+    assert proc.wait(timeout=30) == -signal.SIGTERM  # then the signal's own course
+    profile = RowProfile.load(path)
+    truth = np.bincount(ids, minlength=5000)
+    assert np.array_equal(profile.counts[2], truth[profile.rows[2]])
+    assert profile.counts[2].sum() == len(ids)
+
+
+def test_a_reset_writes_and_closes_the_runtimes_served_profiles(tmp_path) -> None:
+    """The writers live in the runtime: a reset (serving started over) writes what they
+    counted and forgets them; the next table's call makes a new one."""
+    from sglang_engram.protocol.runtime import EngramRuntime
+    from sglang_engram.tables.profile_out import upkeep_for
+
+    identity = HashIdentity("cd" * 8, 3, 4, 0, (TableIdentity(5, 900, "1" * 16),))
+    runtime, path = EngramRuntime(), tmp_path / "served.npz"
+    ids = np.random.default_rng().integers(0, 900, size=random.randint(1, 500))
+    first = upkeep_for(runtime, path, lambda: identity)
+    assert upkeep_for(runtime, path, lambda: identity) is first
+    first.tally(5, 0, 900).add(ids)
+    runtime.reset()
+    assert not runtime.profile_out.upkeeps and runtime.exit_writes  # the exit writes stay
+    profile = RowProfile.load(path)
+    assert np.array_equal(profile.counts[5], np.bincount(ids, minlength=900)[profile.rows[5]])
+    assert upkeep_for(runtime, path, lambda: identity) is not first
+    close_all(runtime)

@@ -8,13 +8,14 @@ to it. This module imports neither torch nor SGLang (``register()`` reaches it).
 Two kinds of state:
 
 - **the process**: what registration did to this interpreter (each hook's status, the
-  import watch on ``sys.meta_path``, which ``sgl_kernel`` is used). :meth:`EngramRuntime.reset`
-  keeps it: SGLang's classes stay patched and the finder stays installed whatever is
-  forgotten here.
+  import watch on ``sys.meta_path``, which ``sgl_kernel`` is used, whether the served
+  profiles' exit writes are set up). :meth:`EngramRuntime.reset` keeps it: SGLang's
+  classes stay patched and the finder stays installed whatever is forgotten here.
 - **serving**: what serving resolved and built (the server config, the model facts read
   from ``config.json``, the served tables and hasher, the weight filter's skips, failed
-  lookups, the read-ahead's decode handles, the metrics exporter). :meth:`EngramRuntime.reset`
-  starts it over, as a fresh process would (tests call it between cases).
+  lookups, the read-ahead's decode handles, the served-profile writers, the metrics
+  exporter). :meth:`EngramRuntime.reset` starts it over, as a fresh process would
+  (tests call it between cases).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +32,7 @@ from sglang_engram.protocol.model_facts import ModelFacts, read_model_facts
 from sglang_engram.protocol.server_config import EngramServerConfig, config_from_sglang
 
 if TYPE_CHECKING:
+    from engram.profile.upkeep import ProfileUpkeep
     from engram.ssd.prefetch import PrefetchHandle
     from sglang_engram.protocol.row_hasher import RowHasher
     from sglang_engram.protocol.served_table import ServedTable
@@ -130,12 +133,23 @@ class ReadAheadState:
 
 
 @dataclass
+class ProfileOutState:
+    """``tables.profile_out``: the writer of each ``--engram-profile-out`` file of this
+    process (its tables' tallies feed it)."""
+
+    upkeeps: dict[Path, ProfileUpkeep] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
 class EngramRuntime:
     """The plugin's state in this process (see the module docstring)."""
 
     hooks: HookState = field(default_factory=HookState)
     imports: ImportState = field(default_factory=ImportState)
     kernel: KernelChoice | None = None
+    # ``tables.profile_out``: its writes at interpreter exit and on SIGTERM are set up
+    exit_writes: bool = False
 
     # ``protocol.server_config``: the config this process serves with (resolved on first use)
     config: EngramServerConfig | None = None
@@ -146,6 +160,7 @@ class EngramRuntime:
     skips: SkipState = field(default_factory=SkipState)
     failures: FailureState = field(default_factory=FailureState)
     read_ahead: ReadAheadState = field(default_factory=ReadAheadState)
+    profile_out: ProfileOutState = field(default_factory=ProfileOutState)
     # ``metrics.exporter``: the exporter thread, once SGLang exports metrics
     metrics: Stoppable | None = None
     # guards config, model, config_json_reads and metrics
@@ -179,19 +194,21 @@ class EngramRuntime:
 
     def reset(self) -> None:
         """Forget everything serving resolved and built, as a fresh process would start:
-        the read-ahead's handles are released and the metrics thread stops. What
+        the read-ahead's handles are released, the served profiles written and closed and
+        the metrics thread stops. What
         registration did to this process stays (see the module docstring).
 
         NOTE: the serving states are replaced, not emptied: what is handed the runtime
         keeps the runtime and reads its fields when it uses them."""
         with self.lock:
-            handles, metrics = self.read_ahead, self.metrics
+            handles, metrics, profiles = self.read_ahead, self.metrics, self.profile_out
             self.config = self.model = self.metrics = None
             self.config_json_reads = 0
             self.tables = TableState()
             self.skips = SkipState()
             self.failures = FailureState()
             self.read_ahead = ReadAheadState()
+            self.profile_out = ProfileOutState()
         with handles.lock:
             released = list(handles.decode_handles.values())
             handles.decode_handles.clear()
@@ -201,6 +218,10 @@ class EngramRuntime:
             handle.release()
         if metrics is not None:
             metrics.stop()
+        with profiles.lock:
+            upkeeps = list(profiles.upkeeps.values())
+        for upkeep in upkeeps:
+            upkeep.close()
 
 
 _RUNTIME = EngramRuntime()

@@ -24,6 +24,7 @@ from sglang_engram.protocol.family import ModelFamily
 from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.protocol.server_config import EngramServerConfig
 from sglang_engram.tables import served
+from sglang_engram.tables.profile_out import upkeep_for
 from sglang_engram.tables.ssd_dirs import checkpoint_source
 
 
@@ -122,7 +123,7 @@ def served_tally(
         return None
     from sglang.srt.runtime_context import get_parallel, get_serving
 
-    from engram.profile import profile_hash, rank_path, upkeep_for
+    from engram.profile import profile_hash, rank_path
 
     dp_rank = get_parallel().dp_rank
     suffix = shard + ("" if dp_rank is None else f".dp{dp_rank}")
@@ -133,7 +134,7 @@ def served_tally(
         assert hf_config is not None, "validated at startup: ssd needs a local config.json"
         return profile_hash(Path(model_path), hf_config, tokenizer)[1]
 
-    upkeep = upkeep_for(rank_path(profile_out, suffix), identity)
+    upkeep = upkeep_for(runtime, rank_path(profile_out, suffix), identity)
     return upkeep.tally(layer_id, rows[0], rows[1] - rows[0])
 
 
