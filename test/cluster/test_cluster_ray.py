@@ -1,5 +1,6 @@
 """``up`` / ``status`` / ``down`` of examples/pd-cluster-cpu.yaml on this CPU: real SGLang
-workers (prefill and decode both with Engram in DRAM) on a real Ray cluster, KV moved
+workers (the prefill worker with Engram in DRAM, the decode worker with Engram on SSD,
+its RAM cache seeded from a profile and its served profile written) on a real Ray cluster, KV moved
 over mooncake's TCP transport, the real sglang-router in PD mode; and the cluster under
 load while each kind of component fails (README "When a worker dies"): the router and
 the decode worker SIGKILLed, the router SIGSTOPped, both workers at once (the prefill
@@ -31,13 +32,15 @@ import psutil
 import pytest
 import requests
 import yaml
-from engram_testing.client import generate_ids
+from engram_testing.client import generate_ids, settled_metrics
 from engram_testing.reference import agreement, agreement_all, load_reference, random_prompts
 from engram_testing.server import build_tiny_model
 from engram_testing.soak.faults import ClusterView, release
 from engram_testing.soak.load import send
 from sglang_engram.integration.kernel_standin import gpu_present
 
+from engram.model.corpus import split_documents, stdlib_documents
+from engram.profile import RowProfile
 from test.cluster.faults import BOUND_S, DETECT_S, check, strike_now, under_load
 from test.cluster.util import EXAMPLES, alive, spec_from_example, wait_for
 
@@ -50,6 +53,9 @@ pytestmark = [
     ),
 ]
 STARTUP_S = 900  # two SGLang starts and the router, on a loaded 2-core machine
+DECODE_RAM_CACHE_GB = 0.004  # NOTE: about half of each tiny table: the seed must choose
+SEEDED = "sglang:engram_ssd_seeded_rows_total"
+PLACEMENTS = {"prefill-0": "dram", "decode-0": "ssd"}
 
 
 def _cli(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -148,15 +154,45 @@ def test_up_names_the_worker_whose_port_another_process_holds(ray_cluster, env, 
 
 
 @pytest.fixture(scope="module")
-def cluster(ray_cluster, env, model, tmp_path_factory):
+def seed_profile(model, tmp_path_factory) -> Path:
+    """``python -m engram.profile`` of held-out stdlib documents: the decode worker's seed."""
+    folder = tmp_path_factory.mktemp("corpus")
+    docs = [d for d in split_documents(stdlib_documents(), "heldout") if len(d.text) > 2000]
+    for i, doc in enumerate(docs[:40]):
+        (folder / f"doc{i}.txt").write_text(doc.text)
+    out = tmp_path_factory.mktemp("profile") / "stdlib.npz"
+    done = subprocess.run(
+        [sys.executable, "-m", "engram.profile", str(model), str(folder), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_cluster, env, model, seed_profile, tmp_path_factory):
     """`up` of the CPU example (its own ports) on the tests' Ray cluster, as a user runs
     it: in the foreground, until `down` (the last test) or the end of the module."""
     example = yaml.safe_load((EXAMPLES / "pd-cluster-cpu.yaml").read_text())
     # NOTE: a decode worker with Engram (the example's is off): restarted, it must seed
-    # its Engram history again. The example's hang and start timeouts; restarts in a row
-    # enough for the prefill worker's three (stopped, killed, killed while starting).
+    # its Engram history again, and its RAM cache from the profile. The example's hang
+    # and start timeouts; restarts in a row enough for the prefill worker's three
+    # (stopped, killed, killed while starting).
     restart = {**example["restart"], "max_restarts": 4, "backoff_s": 1, "max_backoff_s": 2}
-    workers = [{**g, "engram_offload": "dram"} for g in example["workers"]]
+    served = tmp_path_factory.mktemp("served") / "decode.npz"
+    decode_ssd = {
+        "engram_offload": "ssd",
+        "engram_ssd_dir": str(tmp_path_factory.mktemp("ssd")),
+        "engram_ram_cache_gb": DECODE_RAM_CACHE_GB,
+        "engram_seed_profile": str(seed_profile),
+        "engram_profile_out": str(served),
+    }
+    workers = [
+        {**g, **(decode_ssd if g["role"] == "decode" else {"engram_offload": "dram"})}
+        for g in example["workers"]
+    ]
     spec, base = spec_from_example(
         "pd-cluster-cpu.yaml",
         tmp_path_factory.mktemp("spec"),
@@ -178,6 +214,7 @@ def cluster(ray_cluster, env, model, tmp_path_factory):
     reader.start()
     c = {"name": name, "spec": spec, "env": env, "up": up, "lines": lines, "reader": reader}
     c.update(router=f"http://127.0.0.1:{base}", home=Path(env["SGLANG_ENGRAM_CLUSTER_HOME"]))
+    c.update(seed_profile=seed_profile, served_profile=served)
     c["reference"] = load_reference(model)
     c["view"] = ClusterView(name)
     patch = pytest.MonkeyPatch()
@@ -225,7 +262,8 @@ def test_status_shows_the_cpu_workers_ready_with_their_engram_gauges(cluster, ra
     status = _status(c)
     assert status["health"] == "healthy" and not status["local_ray"], json.dumps(status)
     for w in status["workers"]:
-        assert (w["state"], w["engram_offload"], w["gpu_ids"]) == ("running", "dram", [])
+        placement = PLACEMENTS[w["name"]]
+        assert (w["state"], w["engram_offload"], w["gpu_ids"]) == ("running", placement, [])
         assert w["router"]["registered"] and w["restarts"] == 0
         # The SGLang process runs on SGLang's CPU engine, as the spec's device says, with
         # the spec's PD timeouts.
@@ -234,17 +272,23 @@ def test_status_shows_the_cpu_workers_ready_with_their_engram_gauges(cluster, ra
         assert server.environ().get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT") == "30"
         argv = server.cmdline()
         assert argv[argv.index("--device") + 1] == "cpu"
-        assert argv[argv.index("--engram-offload") + 1] == "dram"
-        # Each worker's Engram tables live in DRAM.
+        assert argv[argv.index("--engram-offload") + 1] == placement
+        # Each worker's Engram tables live where its group's spec says.
         table = {
             g["labels"]["tier"]: g["value"]
             for g in w["engram"]
             if g["name"] == "sglang:engram_table_bytes"
         }
-        assert table.get("dram", 0) > 0, w["engram"]
+        assert table.get(placement, 0) > 0, w["engram"]
+    # The decode worker seeded its RAM cache from the spec's profile.
+    decode = status["workers"][1]
+    argv = psutil.Process(decode["pid"]).cmdline()
+    assert argv[argv.index("--engram-seed-profile") + 1] == str(c["seed_profile"])
+    assert _seeded_rows(decode["url"]) > 0
     text = _cli(c["env"], "status", "--name", c["name"], timeout=120).stdout
     assert f"cluster {c['name']}: healthy" in text
     assert re.search(r"dram: .*table_bytes\{tier=dram\}=\d", text), text
+    assert re.search(r"ssd: .*table_bytes\{tier=ssd\}=\d", text), text
     assert "started prefill-0 at http://" in "".join(c["lines"]) and "(CPU)" in "".join(c["lines"])
 
 
@@ -274,11 +318,18 @@ def _agreement(c: dict, n: int, max_new_tokens: int = 24):
 def test_requests_through_the_router_agree_with_the_full_model(cluster):
     got = _agreement(cluster, 8)
     print(f"agreement through the router: {got}")
-    # Engram at the prompt's positions (prefill) and at every new token (decode, its
-    # history seeded from the prompt) ...
+    # Engram at the prompt's positions (prefill) and at every new token (decode, from
+    # its seeded ssd tables, its history seeded from the prompt) ...
     assert got["both"].all_agree, got["both"]
     # ... which is not prefill_only: Engram in decode gives other tokens.
     assert got["prefill_only"].within_tie < got["prefill_only"].total, got["prefill_only"]
+    # The decode worker writes the profile of the rows it served (2 s after the lookups
+    # settle), of the served model's hash: a profile the next start can seed from.
+    path = cluster["served_profile"]
+    wait_for(lambda: path.is_file(), 60, "the decode worker's served profile")
+    served = RowProfile.load(path)
+    assert served.identity == RowProfile.load(cluster["seed_profile"]).identity
+    assert served.corpus["served_rows"] > 0 and all(r.size for r in served.rows.values())
 
 
 def _send_long(router: str, results: list, i: int) -> None:
@@ -336,10 +387,16 @@ def test_a_decode_worker_killed_mid_run_is_restarted_and_serves_again(cluster):
     }
     assert listed[decode["url"]]["worker_type"] == "decode"
     assert status["workers"][0]["restarts"] == 0  # the prefill worker went on running
+    assert _seeded_rows(decode["url"]) > 0  # seeded from the profile again
     # The restarted decode worker seeds each request's Engram history again.
     got = _agreement(c, 4)
     print(f"agreement after the restart: {got}")
     assert got["both"].all_agree, got["both"]
+
+
+def _seeded_rows(url: str) -> float:
+    """The rows the worker's seeding put in its RAM caches, once the count settled."""
+    return settled_metrics(url, wants={SEEDED: 1}, timeout_s=120).get(SEEDED, 0.0)
 
 
 def _running_requests(url: str) -> float:
