@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+import yaml
 from sglang_engram.cluster.spec import ENGRAM_OFFLOADS, ClusterSpecError, load_spec, parse_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -50,9 +51,40 @@ def test_example_spec_is_the_issue_deployment():
     assert (prefill.count, prefill.engram_offload) == (1, "hbm")
     assert (decode.count, decode.engram_offload) == (1, "off")
     assert spec.warnings == []
-    # The commented variant is the same decode group with the tables in DRAM.
-    text = EXAMPLE.read_text()
-    assert "#   engram_offload: dram" in text
+
+
+def _variants(text: str) -> list[dict]:
+    """The example's commented decode groups (``# - name: ...`` blocks), uncommented."""
+    blocks, current = [], None
+    for line in text.splitlines():
+        if line.startswith("  # - "):
+            current = [line.replace("  # - ", "  - ", 1)]
+            blocks.append(current)
+        elif current is not None and line.startswith("  #   "):
+            current.append(line.replace("  #   ", "    ", 1))
+        else:
+            current = None
+    return [yaml.safe_load("\n".join(b))[0] for b in blocks]
+
+
+def test_each_commented_decode_variant_of_the_example_is_a_valid_group():
+    data = yaml.safe_load(EXAMPLE.read_text())
+    variants = _variants(EXAMPLE.read_text())
+    assert [v["engram_offload"] for v in variants] == ["dram", "ssd"]
+    for variant in variants:
+        workers = [g for g in data["workers"] if g["role"] != "decode"] + [variant]
+        spec = parse_spec({**data, "workers": workers})
+        (decode,) = [g for g in spec.workers if g.role == "decode"]
+        assert decode.engram_offload == variant["engram_offload"] and spec.warnings == []
+    # the ssd variant seeds from a profile and writes one served profile per worker
+    ssd = next(
+        g
+        for g in parse_spec({**data, "workers": [data["workers"][0], variants[1]]}).workers
+        if g.role == "decode"
+    )
+    flags = ssd.engram_flags
+    assert flags[flags.index("--engram-seed-profile") + 1] == "/nvme/profiles/served.npz"
+    assert "--engram-profile-out" in flags
 
 
 def test_cpu_example_is_prefill_dram_and_decode_off_without_gpus(monkeypatch):
