@@ -83,6 +83,14 @@ def main() -> int:
     parser.add_argument(
         "--backbone", choices=list(BACKBONES), default="text", help="as bench_serving_tiers.py"
     )
+    parser.add_argument("--model", type=Path, help="default models/engram-<BACKBONE>-<G>g")
+    parser.add_argument("--ssd-dir", type=Path, help="default models/engram-<BACKBONE>-<G>g-ssd")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="the seed profile, made over the stdlib's train split unless one for this model "
+        "is there (default models/engram-<BACKBONE>-<G>g-train-profile.npz)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="starts of each, interleaved")
     parser.add_argument("--burst", type=int, default=8, help="prompts sent once ready")
     parser.add_argument("--input-len", type=int, default=256, help="tokens per burst prompt")
@@ -96,14 +104,20 @@ def main() -> int:
             print(f"error: {flag} must be at least 1, not {value}")
             return 2
     stem = ROOT / "models" / f"engram-{args.backbone}-{args.table_gib:g}g"
-    args.ssd_dir = stem.with_name(stem.name + "-ssd")
-    args.profile = stem.with_name(stem.name + "-train-profile.npz")
+    args.ssd_dir = args.ssd_dir or stem.with_name(stem.name + "-ssd")
+    args.profile = args.profile or stem.with_name(stem.name + "-train-profile.npz")
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
 
-    model = build_model(args.table_gib, stem, args.backbone)
+    model = build_model(args.table_gib, args.model or stem, args.backbone)
     ensure_profile(model, args.profile, profile_top(model, 1 / 16), work)
     pieces = heldout_ids(model, args.input_len)
+    if len(pieces) < 2 * args.repeats * args.burst:
+        print(
+            f"error: the held-out sources give {len(pieces)} prompts of {args.input_len} "
+            f"tokens, {2 * args.repeats * args.burst} are needed; ask for fewer or shorter"
+        )
+        return 2
     print("first start, untimed (it writes the table files if they are not there)", flush=True)
     with sglang_server(
         model, *server_args(CONFIG, args.table_gib, args.ssd_dir, None),

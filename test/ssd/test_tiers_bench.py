@@ -178,3 +178,41 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
         # NOTE: >=: a first pass's rows that read-ahead brought into the cache before the
         # lookup came count as hits too (only lookups' probes count), which can reach 1.0
         assert again["ram_cache_hit_ratio"] >= max(0.8, first["ram_cache_hit_ratio"])
+
+
+@pytest.mark.slow
+def test_bench_seed_start_times_seeded_and_unseeded_starts(tmp_path) -> None:
+    """``benchmark/bench_seed_start.py`` once, small: one start of each after the untimed
+    one; what it reports, not how fast."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmark/bench_seed_start.py"), "--table-gib", "0.02",
+         "--backbone", "random", "--model", str(tmp_path / "m"), "--ssd-dir", str(tmp_path / "ssd"),
+         "--profile", str(tmp_path / "profile.npz"), "--repeats", "1", "--burst", "2",
+         "--input-len", "48", "--out", str(out)],
+        capture_output=True, text=True, cwd=REPO, timeout=1500,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary == json.loads((out / "summary.json").read_text())
+    (plain,), (seeded,) = summary["starts"]["ssd-1/16"], summary["starts"]["ssd-1/16-seeded"]
+    for start in (plain, seeded):
+        assert 0 < start["ready_s"] < start["first_tokens_s"]
+        assert start["burst_s"] == pytest.approx(
+            start["first_tokens_s"] - start["ready_s"], abs=0.02
+        )
+    assert seeded["rows_seeded"] > 0 and seeded["seeded_after_s"] >= seeded["first_tokens_s"]
+    assert summary["seeded_over_unseeded"]["first_tokens_s"] == pytest.approx(
+        seeded["first_tokens_s"] / plain["first_tokens_s"], abs=1e-3
+    )
+    assert "seeded / unseeded first_tokens_s: median" in done.stdout
+
+
+def test_bench_seed_start_refuses_bad_counts_in_one_line(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmark/bench_seed_start.py"), "--burst", "0"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert (
+        done.returncode == 2 and done.stdout.strip() == "error: --burst must be at least 1, not 0"
+    )
