@@ -11,7 +11,7 @@ trained backbone, which writes text; ``--backbone random``: random weights), the
   share of the table files is measured before and after, after dropping what the
   conversion left there);
 * ``ssd-1/16-seeded``: ``ssd-1/16`` started with ``--engram-seed-profile``: a profile
-  that ``python -m engram.profile`` counted over the stdlib's *train* split, documents
+  that ``python -m engram.profile`` counted over the benchmark text's *train* split, files
   the held-out prompts never come from (``engram_testing.tiers.seed_profile``; built once
   and reused, as the model is);
 * ``ssd-1/4``: the same with a RAM cache of 1/4;
@@ -20,7 +20,8 @@ trained backbone, which writes text; ``--backbone random``: random weights), the
 Every server runs with ``--sleep-on-idle``, so the ones waiting their turn take no CPU,
 and ``python -m sglang.benchmark.serving`` drives them in turn: per repeat, per
 concurrency, every config back to back (the order rotated each repeat), each run with
-prompts of held-out Python source (``tiers_workload``) that no other run gets. A ratio
+prompts of held-out Python source (``engram_testing.bench_text``: a pinned package's
+sources, named by path and digest in the output) that no other run gets. A ratio
 (ssd/dram, dram/off) is taken within a repeat, between runs minutes apart, and the
 median over repeats is reported with its range. Prints per config and concurrency the
 median total and output tok/s, P90 TPOT and TTFT, Engram rows/s read from disk, the
@@ -46,6 +47,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from disk_probe import random_reads_per_s
+from engram_testing.bench_text import bench_text
 from engram_testing.client import generate_ids
 from engram_testing.tiers.cache_curve import cache_curve
 from engram_testing.tiers.report import (
@@ -70,10 +72,17 @@ from engram_testing.tiers.servers import (
     check_memory,
     seeded,
     start_servers,
+    tokenizer_of,
     wait_seeded,
 )
-from engram_testing.tiers.workload import heldout_ids, served_prompts, write_datasets
+from engram_testing.tiers.workload import (
+    heldout_ids,
+    prompt_pieces,
+    served_prompts,
+    write_datasets,
+)
 
+from engram.cli import Parser, run
 from engram.profile import RowProfile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +107,8 @@ RATIOS = [  # (JSON key, numerator config, denominator config, figure)
 ]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="benchmark/bench_serving_tiers.py", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--table-gib", type=float, default=8.0, help="size of the random model's Engram tables"
     )
@@ -114,8 +123,8 @@ def main() -> int:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="the seeded config's profile, made over the stdlib's train split unless one for "
-        "this model is there (default models/engram-<BACKBONE>-<G>g-train-profile.npz)",
+        help="the seeded config's profile, made over the benchmark text's train split unless "
+        "one of it for this model is there (default models/engram-<BACKBONE>-<G>g-train-profile.npz)",
     )
     parser.add_argument(
         "--configs",
@@ -153,7 +162,10 @@ def main() -> int:
         default=ROOT / "out" / "bench_serving_tiers",
         help="folder of the logs, results, summary.json and the plot",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
     configs = args.configs.split(",")
     if unknown := set(configs) - set(CONFIGS):
         print(f"error: unknown configs {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
@@ -172,19 +184,22 @@ def main() -> int:
     args.model = args.model or stem
     args.ssd_dir = args.ssd_dir or stem.with_name(stem.name + "-ssd")
     args.profile = args.profile or stem.with_name(stem.name + "-train-profile.npz")
+    counts = {c: max(4, args.num_prompts * c) for c in args.concurrencies}
+    labels = {f"r{r}_c{c}": counts[c] for r in range(args.repeats) for c in args.concurrencies}
+    # NOTE: a request for more prompts than the held-out text gives fails before any build
+    prompt_pieces(tokenizer_of(args.model, args.backbone), args.input_len, sum(labels.values()))
+    text = {split: bench_text(split) for split in ("heldout", "train")}
+    print(f"prompts: {text['heldout'].describe()}", flush=True)
+    if any(seeded(n) for n in configs):
+        print(f"seed profile text: {text['train'].describe()}", flush=True)
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
 
     model = build_model(args.table_gib, args.model, args.backbone)
     if any(seeded(n) for n in configs):
         top = profile_top(model, max(CURVE_FRACTIONS))  # NOTE: enough for every curve point
-        ensure_profile(model, args.profile, top, work)
-    counts = {c: max(4, args.num_prompts * c) for c in args.concurrencies}
-    datasets = write_datasets(
-        model, work,
-        {f"r{r}_c{c}": counts[c] for r in range(args.repeats) for c in args.concurrencies},
-        args.input_len,
-    )  # fmt: skip
+        ensure_profile(model, args.profile, top)
+    datasets = write_datasets(model, work, labels, args.input_len)
     last = f"r{args.repeats - 1}_c{args.concurrencies[-1]}"
     served = served_prompts(
         datasets[last], model, counts[args.concurrencies[-1]], args.input_len,
@@ -221,6 +236,7 @@ def main() -> int:
         "output_len": args.output_len,
         "num_prompts": counts,
         "repeats": args.repeats,
+        "text": {split: t.record() for split, t in text.items()},
         "configs": {n: {str(c): r for c, r in by.items()} for n, by in results.items()},
         "runs": {n: {str(c): rs for c, rs in by.items()} for n, by in runs.items()},
         "page_cache_resident": residency,
@@ -304,4 +320,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    options = parser().parse_args()
+    sys.exit(run(lambda: main(options), options))

@@ -9,5 +9,7 @@ without pytest; never shipped in the plugin, never imported by ``engram``,
   (``qwen4_exp``) checkpoint, ``python -m engram_testing.qwen4_tiny_checkpoint``.
 - ``tree_memory``: a server's process-tree RSS and its largest mappings.
 - ``soak/``: the PD soak's load, faults, resource samples and report.
+- ``bench_text``: the benchmarks' text, a pinned package's sources split train/held-out
+  by a committed file list (``bench_text.tsv``), the same on every machine.
 - ``tiers/``: the tier benchmark's held-out prompts, RAM-cache curve and report.
 """
