@@ -49,17 +49,21 @@ from pathlib import Path
 from disk_probe import random_reads_per_s
 from engram_testing.bench_text import bench_text
 from engram_testing.client import generate_ids
-from engram_testing.tiers.cache_curve import cache_curve
+from engram_testing.tiers.cache_curve import (
+    CURVE_CONFIGS,
+    CURVE_FRACTIONS,
+    CURVE_KEYS,
+    heldout_curves,
+)
 from engram_testing.tiers.report import (
-    describe_ratios,
     drop_page_cache,
     exposed_ratio,
     first_pass_hit_ratios,
     median_figures,
-    median_of,
     plot,
+    print_ratios,
     print_table,
-    repeat_ratios,
+    ratio_summary,
     resident_fraction,
     table_files,
 )
@@ -83,28 +87,13 @@ from engram_testing.tiers.workload import (
 )
 
 from engram.cli import Parser, run
-from engram.profile import RowProfile
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CURVE_FRACTIONS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
 CHECK_PROMPTS, CHECK_PROMPT_TOKENS, CHECK_NEW_TOKENS = 4, 96, 32
 # NOTE: the depth the direct reader reaches on a large cold lookup (its plan submits
 # every block at once, up to engram.ssd.readers.direct.QUEUE_DEPTH)
 DISK_PROBE_DEPTH = 512
-# the RAM-cache curves' labels: empty at start, seeded from the train-split profile, and
-# seeded with misses never admitted; each drawn in the colour of the config beside it
-CURVES = ("unseeded (LRU)", "seeded (LRU)", "seeded, misses not admitted")
-CURVE_CONFIGS = {CURVES[0]: "ssd-1/16", CURVES[1]: "ssd-1/16-seeded", CURVES[2]: "ssd-1/16-seeded"}
-RATIOS = [  # (JSON key, numerator config, denominator config, figure)
-    ("ssd_over_dram_throughput", "ssd-1/16", "dram", "total_tok_s"),
-    ("ssd_over_dram_p90_tpot", "ssd-1/16", "dram", "p90_tpot_ms"),
-    ("seeded_ssd_over_dram_throughput", "ssd-1/16-seeded", "dram", "total_tok_s"),
-    ("seeded_ssd_over_dram_p90_tpot", "ssd-1/16-seeded", "dram", "p90_tpot_ms"),
-    ("ssd_quarter_over_dram_throughput", "ssd-1/4", "dram", "total_tok_s"),
-    ("dram_over_off_throughput", "dram", "off", "total_tok_s"),
-    ("dram_over_off_p90_tpot", "dram", "off", "p90_tpot_ms"),
-]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -250,14 +239,9 @@ def main(args: argparse.Namespace) -> int:
         },
         "seeding": seeding,
     }
-    ratios = [(runs, *ratio) for ratio in RATIOS]
     if replays:
-        ratios.append((replays, "replayed_ssd_over_dram_throughput", "ssd-1/16", "dram", "total_tok_s"))  # fmt: skip
         summary["replays"] = {n: {str(c): rs for c, rs in by.items()} for n, by in replays.items()}
-    for source, key, num, den, figure in ratios:
-        per_repeat = repeat_ratios(source, num, den, figure)
-        summary[key] = {c: median_of(r) for c, r in per_repeat.items()}
-        summary[key + "_per_repeat"] = per_repeat
+    summary |= ratio_summary(runs, replays)
     if "ssd-1/16" in runs:
         r = exposed_ratio([f for rs in runs["ssd-1/16"].values() for f in rs])
         summary["prefetch_exposed_ratio"] = None if r is None else round(r, 4)
@@ -268,10 +252,7 @@ def main(args: argparse.Namespace) -> int:
             if n.startswith("ssd")
         }
     print()
-    printed = [key for key, *_ in RATIOS if "quarter" not in key]
-    for key in printed + (["replayed_ssd_over_dram_throughput"] if replays else []):
-        if summary[key + "_per_repeat"]:
-            print(f"{key}: {describe_ratios(summary[key + '_per_repeat'])}")
+    print_ratios(summary)
     for name, ratios_of in summary["first_pass_ram_hit_ratio"].items():
         parts = ", ".join(f"{k} {v}" for k, v in ratios_of.items() if k != "rows_probed")
         print(f"first-pass RAM-cache hit ratio of {name}: {parts}")
@@ -291,17 +272,10 @@ def main(args: argparse.Namespace) -> int:
     print(f"greedy outputs equal to dram's: {summary.get('ssd_outputs_equal_dram')}")
 
     # NOTE: the curve replays every held-out piece (the served prompts are a sample of
-    # them), prefill rows only: decode rows follow the random model's own outputs.
+    # them), prefill rows only: decode rows follow the model's own outputs.
     pieces = heldout_ids(model, args.input_len)
-    curves = {CURVES[0]: cache_curve(model, pieces, CURVE_FRACTIONS)}
-    summary["cache_curve"] = curves[CURVES[0]]
-    if seeding:
-        seed = RowProfile.load(args.profile).rows
-        curves[CURVES[1]] = cache_curve(model, pieces, CURVE_FRACTIONS, seed)
-        # NOTE: the same seed, misses never admitted: what the profile alone covers
-        curves[CURVES[2]] = cache_curve(model, pieces, CURVE_FRACTIONS, seed, admit=False)
-        summary["cache_curve_seeded"] = curves[CURVES[1]]
-        summary["cache_curve_seeded_no_admission"] = curves[CURVES[2]]
+    curves = heldout_curves(model, pieces, args.profile if seeding else None)
+    summary |= {CURVE_KEYS[label]: curve for label, curve in curves.items()}
     for i, fraction in enumerate(CURVE_FRACTIONS):
         ratios_at = ", ".join(f"{k} {c['points'][i]['hit_ratio']:.3f}" for k, c in curves.items())
         print(f"RAM cache {fraction:.4f} of the table: hit ratio {ratios_at}")

@@ -36,7 +36,8 @@ from engram_testing.tiers.seed_profile import ensure_profile
 from engram_testing.tiers.servers import build_model, tokenizer_of
 from engram_testing.tiers.workload import heldout_ids
 
-from engram.cli import Parser, directory, number, run
+from engram.cli import Parser, number, run
+from engram.cli_paths import directory
 from engram.model import TinyEngramConfig, TinyEngramModel
 from engram.model.tokenizer import load_tokenizer
 from engram.profile.file import layer_rows

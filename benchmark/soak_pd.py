@@ -45,7 +45,8 @@ from engram_testing.soak.faults import (
 )
 from engram_testing.soak.load import LoadDriver, Workload, text_pieces
 
-from engram.cli import Parser, RawDescriptionFormatter, directory, existing_file, number, run
+from engram.cli import Parser, RawDescriptionFormatter, number, run
+from engram.cli_paths import directory, existing_file
 from engram.errors import EngramInputError, EngramRunError
 from engram.tables import placement_names
 

@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from engram.cli import directory, number
+from engram.cli import number
+from engram.cli_paths import directory
 from engram.errors import EngramInputError
 from engram.module import ENGRAM_VARIANTS
 

@@ -18,7 +18,7 @@ import torch
 from engram.errors import EngramInputError, EngramTableError
 from engram.fp8 import FP8_BLOCK, as_uint8
 from engram.row_formats import E4m3Ue8m0Rows, RowFormat
-from engram.ssd.prefetch import PrefetchHandle
+from engram.rows.read_ahead import PrefetchHandle
 from engram.tables.timing import LookupClock
 
 if TYPE_CHECKING:

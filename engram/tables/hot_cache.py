@@ -20,9 +20,9 @@ import torch
 
 from engram.errors import EngramTableError
 from engram.files import MIB
-from engram.ssd.prefetch import PrefetchHandle
-from engram.ssd.seeding import SEED_BATCH_ROWS, SeedRows, fitting
-from engram.ssd.set_assoc import SetAssociativeIndex
+from engram.rows.read_ahead import PrefetchHandle
+from engram.rows.seed_rows import SEED_BATCH_ROWS, SeedRows, fitting
+from engram.rows.set_assoc import SetAssociativeIndex
 from engram.tables.base import EngramTable
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from sglang_engram.protocol.runtime import get_runtime
 from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
-from engram.ssd.seeding import SeedRows
+from engram.rows.seed_rows import SeedRows
 from engram.tables import create_table
 from test.plugin.tiny import random_table
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engram.rows.set_assoc import MISS, SetAssociativeIndex
 from engram.ssd.row_cache import RowCache
-from engram.ssd.set_assoc import MISS, SetAssociativeIndex
 from engram.ssd.sysmem import mincore
 from engram.tables import create_table
 from engram.tables.hot_cache import HotRowCache

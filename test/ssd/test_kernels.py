@@ -11,13 +11,13 @@ import pytest
 import torch
 import xxhash
 
+from engram.rows.read_ahead import PrefetchHandle
 from engram.ssd import kernels
 from engram.ssd.block_hashes import chunk_hashes
 from engram.ssd.integrity import verify_table
 from engram.ssd.kernels.constants import COUNT, END_BLOCK, END_ROW, END_RUN, FIRST, SLOT
 from engram.ssd.layout import DiskLayout
 from engram.ssd.manifest import TableManifest
-from engram.ssd.prefetch import PrefetchHandle
 from engram.ssd.readers import reader_names
 from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from engram.rows.read_ahead import MAX_LIVE_HANDLES
 from engram.ssd.layout import DiskLayout
-from engram.ssd.prefetch import MAX_LIVE_HANDLES
 from engram.ssd.sysmem import mincore
 from engram.tables import create_table
 from engram.tables.ssd import AHEAD_READ_ROWS

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from engram.ssd.prefetch import PrefetchHandle
+from engram.rows.read_ahead import PrefetchHandle
 from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import served
 

@@ -33,7 +33,7 @@ from sglang_engram.protocol.server_config import EngramServerConfig, config_from
 
 if TYPE_CHECKING:
     from engram.profile.upkeep import ProfileUpkeep
-    from engram.ssd.prefetch import PrefetchHandle
+    from engram.rows.read_ahead import PrefetchHandle
     from sglang_engram.protocol.row_hasher import RowHasher
     from sglang_engram.protocol.served_table import ServedTable
 

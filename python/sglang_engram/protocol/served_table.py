@@ -8,7 +8,7 @@ from typing import Protocol
 
 import torch
 
-from engram.ssd.prefetch import PrefetchHandle
+from engram.rows.read_ahead import PrefetchHandle
 from engram.tables import TableCounters
 
 

@@ -15,10 +15,10 @@ import torch
 
 from engram.profile.identity import HashIdentity
 from engram.profile.tally import RowTally
+from engram.rows.read_ahead import DEFAULT_PREFETCH_BYTES
+from engram.rows.seed_rows import SeedRows
 from engram.ssd.directory import table_dir
-from engram.ssd.prefetch import DEFAULT_PREFETCH_BYTES
 from engram.ssd.readers import DEFAULT_READER
-from engram.ssd.seeding import SeedRows
 from engram.tables import EngramTable, TableOptions, open_table
 from sglang_engram.protocol.family import ModelFamily
 from sglang_engram.protocol.runtime import EngramRuntime
