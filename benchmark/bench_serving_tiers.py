@@ -244,7 +244,7 @@ def main(args: argparse.Namespace) -> int:
     summary |= ratio_summary(runs, replays)
     if "ssd-1/16" in runs:
         r = exposed_ratio([f for rs in runs["ssd-1/16"].values() for f in rs])
-        summary["prefetch_exposed_ratio"] = None if r is None else round(r, 4)
+        summary["read_ahead_exposed_ratio"] = None if r is None else round(r, 4)
     if "dram" in outputs:
         summary["ssd_outputs_equal_dram"] = {
             n: sum(a == b for a, b in zip(outputs[n], outputs["dram"], strict=True)) / len(checks)
@@ -261,7 +261,7 @@ def main(args: argparse.Namespace) -> int:
             f"{name}: seeded {done['rows']:,.0f} rows into its RAM caches at start "
             f"({done['table_seconds']:.1f} s, summed over its tables)"
         )
-    print(f"prefetch_exposed_ratio: {summary.get('prefetch_exposed_ratio')}")
+    print(f"read_ahead_exposed_ratio: {summary.get('read_ahead_exposed_ratio')}")
     print(f"page cache resident share of the table files: {residency}")
     if disk:
         print(

@@ -7,7 +7,7 @@
   them);
 - :mod:`.read_ahead`: handles of rows read ahead of their lookup, the thread that fills
   them and a table's live handles within its budget (``ssd`` fills them; every
-  placement's ``prefetch`` returns one or ``None``).
+  placement's ``read_ahead`` returns one or ``None``).
 
 It builds on the compiled loops of :mod:`engram.ssd.kernels` and nothing above them.
 """

@@ -1,5 +1,5 @@
 """The order imports run in inside the core library ``engram``: foundations -> hashes and
-row formats -> SSD storage -> rows and profiles -> placements -> the reference layer ->
+row formats -> SSD storage -> rows and profiles -> placements -> the Engram layer ->
 the tiny model -> tools. Every import counts, at module level, inside a function or under
 ``TYPE_CHECKING``: a module may import its own layer and the layers below, never one
 above."""
@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SSD storage", ("engram.ssd",)),
     ("rows and profiles", ("engram.rows", "engram.profile")),
     ("placements", ("engram.tables",)),
-    ("the reference layer", ("engram.module",)),
+    ("the Engram layer", ("engram.layer",)),
     ("the tiny model", ("engram.model",)),
     ("tools", ("engram.convert", "engram.eval")),
 )

@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "sglang_engram",
             "sglang_engram.args",
-            "sglang_engram.lookahead",
+            "sglang_engram.read_ahead",
             "sglang_engram.metrics",
             "sglang_engram.integration",
         ),

@@ -11,7 +11,7 @@ import pytest
 import torch
 import xxhash
 
-from engram.rows.read_ahead import PrefetchHandle
+from engram.rows.read_ahead import ReadAheadHandle
 from engram.ssd import kernels
 from engram.ssd.block_hashes import chunk_hashes
 from engram.ssd.integrity import verify_table
@@ -188,7 +188,7 @@ def test_a_handles_filter_never_hides_a_row_it_holds() -> None:
     rng = np.random.default_rng()
     for _ in range(20):
         held = np.unique(rng.integers(0, 1 << 40, int(rng.integers(30, 5_000))))
-        handle = PrefetchHandle(held, keep_rows=True, row_bytes=3)
+        handle = ReadAheadHandle(held, keep_rows=True, row_bytes=3)
         handle._set_ids(held, np.arange(held.size))
         rows = rng.integers(0, 256, (held.size, 3), dtype=np.uint8)
         others = rng.integers(0, 1 << 40, int(rng.integers(1, 20_000)))
@@ -218,7 +218,7 @@ def test_every_kernel_has_its_one_signature_and_lookups_match_them(tmp_path: Pat
                 "ssd", weight, scale, path=tmp_path / "t", read=read, ram_cache_bytes=ram
             ) as table:
                 ids = torch.randint(0, 5_000, (64, 48))
-                assert table.prefetch(ids[:8]).wait(30)
+                assert table.read_ahead(ids[:8]).wait(30)
                 assert torch.equal(table.lookup(ids), dram.lookup(ids))
                 table.drop_page_cache()
                 assert torch.equal(table.lookup(ids[8:]), dram.lookup(ids[8:]))

@@ -144,7 +144,7 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
     assert disk["before"] > 0 and disk["after"] > 0
     assert "the disk's random 4 KiB reads/s at depth 512" in proc.stdout
     assert summary["ssd_outputs_equal_dram"] == {"ssd-1/16": 1.0, "ssd-1/16-seeded": 1.0}
-    assert 0 <= summary["prefetch_exposed_ratio"] <= 1
+    assert 0 <= summary["read_ahead_exposed_ratio"] <= 1
     assert Path(summary["png"]).stat().st_size > 10_000
     assert "ssd_over_dram_throughput: c=2: " in proc.stdout
     # the seeded config: its profile made over the train split, its ratios and hit ratios

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engram.rows.read_ahead import PrefetchHandle, ReadAhead
+from engram.rows.read_ahead import ReadAhead, ReadAheadHandle
 from engram.ssd.readers import ALL_ROWS
 from engram.tables.ssd.ram_front import RamFront
 
@@ -27,7 +27,7 @@ AHEAD_READ_ROWS = 512
 
 
 def fill_handle(
-    handle: PrefetchHandle, front: RamFront, ahead: ReadAhead, device: torch.device
+    handle: ReadAheadHandle, front: RamFront, ahead: ReadAhead, device: torch.device
 ) -> torch.Tensor | None:
     """The rows of ``handle`` (``None``: released, or read into the page cache only)."""
     ids, inverse = np.unique(handle.flat_ids, return_inverse=True)
@@ -43,7 +43,7 @@ def fill_handle(
     )
     out = rows.numpy()
     # NOTE: counted apart from the lookups' probes: the rows reach a lookup through the
-    # handle (prefetch_hits) or the cache, and a lookup counts only the latter. Counted
+    # handle (read_ahead_hits) or the cache, and a lookup counts only the latter. Counted
     # with them, an ssd server's /metrics showed more RAM-cache misses than rows requested.
     by = "decode_ahead" if handle.urgent else "prompt_ahead"
     _, at = front.from_cache(ids, out, front.need(ids.size), by=by)

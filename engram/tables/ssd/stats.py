@@ -11,7 +11,7 @@ keys, every value a float):
   reading the disk) and ``ram_cache_decode_ahead_hits`` / ``_misses`` (the same for a
   decode step's read-ahead); a row a lookup wants from a handle still reading is
   counted by both;
-- ``prefetch_hits`` (rows taken from read-ahead handles), ``prefetch_bytes_held``;
+- ``read_ahead_hits`` (rows taken from read-ahead handles), ``read_ahead_bytes_held``;
 - ``pages_requested`` (pages asked of the data file), ``io_errors`` (lookups failed by
   an I/O error);
 - ``lookup_rows_read`` / ``ahead_rows_read`` (rows read from the data file by lookups /
@@ -43,8 +43,8 @@ def ssd_stats(
         "ram_cache_prompt_ahead_misses": 0,
         "ram_cache_decode_ahead_hits": 0,
         "ram_cache_decode_ahead_misses": 0,
-        "prefetch_hits": ahead.hits,
-        "prefetch_bytes_held": ahead.held_bytes(),
+        "read_ahead_hits": ahead.hits,
+        "read_ahead_bytes_held": ahead.held_bytes(),
         "pages_requested": front.file.reader.pages_requested,
         "io_errors": host.io_errors,
         "lookup_rows_read": front.rows_read["lookup"],

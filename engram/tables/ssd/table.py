@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from engram.errors import EngramTableError
-from engram.rows.read_ahead import PrefetchHandle, ReadAhead
+from engram.rows.read_ahead import ReadAhead, ReadAheadHandle
 from engram.ssd.ensure import ensure_table, resolve_table_dir
 from engram.ssd.integrity import verify_table
 from engram.ssd.kernels import compile_kernels
@@ -36,7 +36,7 @@ from engram.tables.ssd.table_file import TableFile
 class SsdTable(EngramTable):
     placement = "ssd"
     options = frozenset(
-        "path layer source read ram_cache_bytes prefetch_bytes verify chunk_bytes seed".split()
+        "path layer source read ram_cache_bytes read_ahead_bytes verify chunk_bytes seed".split()
     )
     hot_cache = True
 
@@ -87,7 +87,7 @@ class SsdTable(EngramTable):
         )
         self._ahead = ReadAhead(
             lambda handle: fill_handle(handle, self._front, self._ahead, self.device),
-            options.prefetch_bytes,
+            options.read_ahead_bytes,
         )
         self._host = HostLookup(
             self._front, self._ahead, self.row_bytes, self.device, self._check_ids
@@ -116,7 +116,7 @@ class SsdTable(EngramTable):
         self._front.file.read(flat, out)
         return self.row_format.dequantize(torch.from_numpy(out).to(self.device))
 
-    def prefetch(self, row_ids: torch.Tensor, *, urgent: bool = False) -> PrefetchHandle:
+    def read_ahead(self, row_ids: torch.Tensor, *, urgent: bool = False) -> ReadAheadHandle:
         """Start reading ``row_ids``' rows in the background; see :mod:`engram.rows.read_ahead`."""
         flat = row_ids.reshape(-1).to("cpu", torch.int64)
         self._check_ids(flat)

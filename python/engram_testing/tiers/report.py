@@ -107,7 +107,7 @@ def run_figures(
         # NOTE: lookups' and read-ahead's probes together: what the RAM cache served
         "ram_all_hit_ratio": _hit_ratio([probes]),
         **probes,
-        "prefetch_hits": grown("ssd_prefetch_hits"),
+        "read_ahead_hits": grown("ssd_prefetch_hits"),
         "exposed_read_s": lookup + waits,
         "total_read_s": lookup + ahead,
         # NOTE: on a CPU-bound machine, CPU time per token is what a tier costs.
@@ -228,7 +228,7 @@ def print_table(results: dict[str, dict[int, dict]]) -> None:
                 f"{_cell(r['disk_rows_s'] if ssd else None, '12.0f'):>12}"
                 f"{_cell(r['ram_cache_hit_ratio'], '8.3f'):>8}"
                 f"{_cell(r['ram_all_hit_ratio'], '7.3f'):>7}"
-                f"{_cell(r['prefetch_hits'] if ssd else None, '11.0f'):>11}"
+                f"{_cell(r['read_ahead_hits'] if ssd else None, '11.0f'):>11}"
                 f"{_cell(exposed_ratio([r]) if ssd else None, '8.3f'):>8}"
                 f"{_cell(r.get('server_cpu_ms_per_token'), '11.1f'):>11}"
             )
