@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from engram_testing.plain import first_pages
 
 from engram.rows.read_ahead import MAX_LIVE_HANDLES
 from engram.ssd.layout import DiskLayout
@@ -46,7 +47,7 @@ def test_prefetch_reads_the_pages_before_the_lookup(tmp_path: Path, keep_rows: b
     table.drop_page_cache()
     assert table.resident_fraction() < 0.01
     ids = torch.randint(0, ROWS, (64, 48))
-    pages = np.unique(LAYOUT.first_pages(ids.flatten().numpy()))
+    pages = np.unique(first_pages(LAYOUT, ids.flatten().numpy()))
     assert not _resident_pages(data)[pages].any()
 
     handle = table.read_ahead(ids)
@@ -259,7 +260,7 @@ def test_pages_in_the_page_cache_cost_no_reads_and_dropped_ones_are_read(tmp_pat
     table.drop_page_cache()
     assert torch.equal(table.lookup(ids), dram.lookup(ids))
     brought_in = table.stats()["pages_requested"]
-    assert brought_in >= np.unique(LAYOUT.first_pages(ids.numpy())).size
+    assert brought_in >= np.unique(first_pages(LAYOUT, ids.numpy())).size
 
     # Someone else reads the whole file into the page cache: the background sweep
     # notices, and the next lookup of new rows needs no reads of its own.
