@@ -43,7 +43,9 @@ def build(
     from sglang.srt.environ import envs
 
     config = runtime.serving_config()
-    dram = config.offload == "dram"
+    # NOTE: on SGLang's CPU engine the device table is in host memory already; the host
+    # table would pin its rows with cudaHostRegister.
+    dram = config.offload == "dram" and torch.get_default_device().type != "cpu"
     with ExitStack() as switches:
         switches.enter_context(envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.override(dram))
         if dram:

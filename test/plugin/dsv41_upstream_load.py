@@ -1,0 +1,89 @@
+"""Load a tiny DeepSeek-V4.1 checkpoint with upstream SGLang's own model class, as a
+scheduler does on the CPU engine (``ModelConfig`` from the server arguments, a one-rank
+gloo group, upstream's ``load_weights``; Engram tables in ``hbm``: upstream's own
+``EngramEmbedding``), and print what it loaded as JSON. Run as a script in a fresh
+interpreter with ``SGLANG_USE_CPU_ENGINE=1`` (SGLang reads it at import):
+``python -m test.plugin.dsv41_upstream_load MODEL_DIR``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+
+import torch
+
+from test.plugin.qwen4_upstream_load import _free_port
+
+
+def load(model_dir: str) -> dict[str, object]:
+    warnings.simplefilter("ignore")
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    from sglang_engram.models.deepseek_v41.cpu_engine import ENV_SWITCHES
+    from sglang_engram.protocol.runtime import get_runtime
+    from sglang_engram.protocol.server_config import EngramServerConfig
+
+    # NOTE: what the plugin's flag hook sets for a server (this script parses no flags)
+    os.environ.update(dict.fromkeys(ENV_SWITCHES, "0"))
+    get_runtime().use_config(EngramServerConfig(offload="hbm"))
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed.parallel_state import (
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.layers.engram import build_compressed_token_map
+    from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
+    from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.utils.hf_transformers_utils import get_tokenizer
+
+    args = ServerArgs(model_path=model_dir, device="cpu")
+    context = create_context(args, role="scheduler", ranks=SpawnRanks(0, None, 0))
+    with use_context(context):
+        config = ModelConfig.from_server_args(args)
+        init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, backend="gloo",
+            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+        )  # fmt: skip
+        initialize_model_parallel()
+        initialize_dp_attention(server_args=args)
+        from sglang.srt.models.deepseek_v4 import DeepseekV4ForCausalLM
+        from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
+
+        torch.set_default_dtype(torch.bfloat16)
+        model = DeepseekV4ForCausalLM(config.hf_config)
+        # NOTE: load_weights returns nothing: a parameter still all NaN was not loaded
+        for param in model.parameters():
+            param.data.view(torch.uint8).fill_(0xFF)
+        model.load_weights(safetensors_weights_iterator([f"{model_dir}/model.safetensors"]))
+        not_loaded = sorted(
+            name for name, p in model.named_parameters() if p.data.view(torch.uint8).eq(0xFF).all()
+        )
+        upstream = PlacedEngramEmbedding.__base__
+        tables = {
+            name: {
+                "class": type(m).__qualname__,
+                "weight": m.weight.view(torch.uint8).tolist(),
+                "scale": m.scale.view(torch.uint8).tolist(),
+            }
+            for name, m in model.named_modules()
+            if type(m) is upstream
+        }
+        layer = model.model.layers[0]
+        _, compressed = build_compressed_token_map(get_tokenizer(model_dir))
+    return {
+        "not_loaded": not_loaded,
+        "tables": tables,
+        "expert1_w13": layer.mlp.experts.w13_weight[1].float().tolist(),
+        "wqkv_a": layer.self_attn.wqkv_a.weight.float().tolist(),
+        "compressed_vocab_size": compressed,
+        "decoder_layer": type(layer).__name__,
+    }
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(load(sys.argv[1])))

@@ -1,0 +1,107 @@
+"""The tiny random DeepSeek-V4.1 checkpoint: upstream SGLang's own model class loads every
+parameter of it (on the CPU engine, with the plugin's stand-ins), its Engram tables arrive
+row for row in the released format, its tokenizer gives upstream's compressed token map
+the config's size, and its command line fails in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from engram_testing import dsv41_tiny_weights as tiny
+from engram_testing.dsv41_tiny_checkpoint import WEIGHTS_FILE, write_tiny_checkpoint
+from safetensors import safe_open
+
+from engram.spec import EngramSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "engram_testing.dsv41_tiny_checkpoint"]
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT), str(ROOT / "python"), str(ROOT / "sgl-kernel")])
+    return {**os.environ, "PYTHONPATH": path, "SGLANG_USE_CPU_ENGINE": "1"}
+
+
+def _upstream_load(model: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "test.plugin.dsv41_upstream_load", str(model)],
+        env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
+@pytest.mark.slow
+def test_upstream_loads_every_parameter_and_the_tables_row_for_row(tmp_path):
+    model = write_tiny_checkpoint(tmp_path / "m", seed=random.randrange(1 << 30))
+    got = _upstream_load(model)
+    assert got["not_loaded"] == []
+    # the V4.1 path (hyper-connections from the previous sublayer) on the CPU engine
+    assert got["decoder_layer"] == "DeepseekV4PlatformDecoderLayer"
+    config = json.loads((model / "config.json").read_text())
+    assert got["compressed_vocab_size"] == config["engram_compressed_vocab_size"]
+    spec = EngramSpec.from_hf_config(config)
+    assert len(spec.layer_ids) >= 2 and set(config["compress_ratios"]) == {0}
+    with safe_open(str(model / WEIGHTS_FILE), "pt") as f:
+        for layer, rows in zip(spec.layer_ids, spec.num_embeddings, strict=True):
+            table = got["tables"][f"model.layers.{layer}.engram.embed"]
+            assert table["class"] == "EngramEmbedding"  # upstream's own, for hbm
+            weight = f.get_tensor(f"layers.{layer}.engram.embed.weight")
+            scale = f.get_tensor(f"layers.{layer}.engram.embed.scale")
+            assert (weight.dtype, scale.dtype) == (torch.float8_e4m3fn, torch.float8_e8m0fnu)
+            assert weight.shape == (rows, spec.head_dim)
+            assert table["weight"] == weight.view(torch.uint8).tolist()
+            assert table["scale"] == scale.view(torch.uint8).tolist()
+        experts = "layers.0.ffn.experts.1."
+        w13 = torch.cat([f.get_tensor(experts + "w1.weight"), f.get_tensor(experts + "w3.weight")])
+        assert torch.equal(torch.tensor(got["expert1_w13"]), w13.float())
+        fused = torch.cat(
+            [f.get_tensor("layers.0.attn.wq_a.weight"), f.get_tensor("layers.0.attn.wkv.weight")]
+        )
+        assert torch.equal(torch.tensor(got["wqkv_a"]), fused.float())
+        dense = [n for n in f.keys() if f.get_slice(n).get_dtype() not in ("F8_E4M3", "F8_E8M0")]  # noqa: SIM118
+        assert {f.get_slice(n).get_dtype() for n in dense} == {"BF16", "F32"}
+
+
+def test_config_is_sliding_window_v41_with_prime_sized_tables():
+    config = tiny.config()
+    spec = EngramSpec.from_hf_config(config)  # checks the tables' sizes against their primes
+    assert config["model_type"] == "deepseek_v41" and config["num_nextn_predict_layers"] == 0
+    assert config["compress_ratios"] == [0] * config["num_hidden_layers"]
+    assert spec.layer_ids == tiny.ENGRAM_LAYERS and all(n > 10_000 for n in spec.num_embeddings)
+    assert config["sliding_window"] == 128 and config["head_dim"] == 512
+
+
+def test_same_seed_same_bytes_other_seed_other_weights(tmp_path):
+    seed = random.randrange(1 << 20)
+    a, b, c = (
+        write_tiny_checkpoint(tmp_path / name, seed=s)
+        for name, s in (("a", seed), ("b", seed), ("c", seed + 1))
+    )
+    weights = [(d / WEIGHTS_FILE).read_bytes() for d in (a, b, c)]
+    assert weights[0] == weights[1] != weights[2]
+
+
+def test_cli_writes_a_checkpoint_and_refuses_bad_input_in_one_line(tmp_path):
+    out = subprocess.run(
+        [*CLI, "--out", str(tmp_path / "m"), "--seed", "3"],
+        env=_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "m" / "config.json").is_file() and "deepseek_v41" in out.stdout
+    (tmp_path / "file").write_text("x")
+    for args, words in (
+        (["--out", str(tmp_path / "file")], "is a file"),
+        (["--out", str(tmp_path / "m3"), "--seed", "-1"], "must be"),
+    ):
+        bad = subprocess.run([*CLI, *args], env=_env(), capture_output=True, text=True, timeout=300)
+        assert bad.returncode == 2 and words in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
