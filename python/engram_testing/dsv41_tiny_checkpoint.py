@@ -5,8 +5,9 @@ stand-ins), a four-expert MoE, hyper-connections, and Engram on layers 1 and 2 w
 tables of about twelve thousand rows each. Tensor names, shapes and dtypes are the
 released checkpoint's (``dsv41_tiny_weights``): bf16 dense weights, Engram rows e4m3
 with ue8m0 exponents. The tokenizer is the tiny Engram model's BPE (``engram/assets``:
-2,000 ids, eos 1), shipped so that upstream's compressed token map of it is the
-config's ``engram_compressed_vocab_size``. Every value comes from one seed.
+2,000 ids) with DeepSeek's chat special tokens added (SGLang's DeepSeek-V4.1 chat encoder
+needs them; bos and eos are DeepSeek's), shipped so that upstream's compressed token map
+of it is the config's ``engram_compressed_vocab_size``. Every value comes from one seed.
 
     python -m engram_testing.dsv41_tiny_checkpoint --out DIR [--seed N]
 """
@@ -20,7 +21,6 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from engram.cli import Parser, directory, number, run
-from engram.model.tokenizer import asset_bytes, tokenizer_config
 from engram_testing import dsv41_tiny_weights as tiny
 
 WEIGHTS_FILE = "model.safetensors"
@@ -33,11 +33,8 @@ def write_tiny_checkpoint(out: Path, *, seed: int = 0) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").unlink(missing_ok=True)
     save_file(tiny.draw_weights(seed), str(out / WEIGHTS_FILE), metadata={"format": "pt"})
-    (out / "tokenizer.json").write_bytes(asset_bytes())
-    tokenizer = tokenizer_config(tiny.MAX_POSITIONS)
-    (out / "tokenizer_config.json").write_text(
-        json.dumps(tokenizer, indent=2, sort_keys=True) + "\n"
-    )
+    for name, text in tiny.tokenizer_files().items():
+        (out / name).write_text(text)
     (out / "config.json").write_text(json.dumps(tiny.config(), indent=2) + "\n")
     return out
 

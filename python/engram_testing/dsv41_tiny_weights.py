@@ -11,16 +11,28 @@ exponent per 32 values.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 
 import torch
 
 from engram.fp8 import E4M3_MAX, FP8_BLOCK
-from engram.model.tokenizer import EOS_TOKEN_ID
+from engram.model.tokenizer import asset_bytes, tokenizer_config
 from engram.spec import EngramSpec
 
-VOCAB = 2000
+# NOTE: DeepSeek's chat special tokens (their default spellings in deepseek_recipe,
+# which SGLang's DeepSeek-V4 chat encoder needs in the tokenizer's added vocabulary),
+# after the tiny Engram BPE's 2,000 ids; the first two are bos and eos.
+CHAT_TOKENS = (
+    "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<think>", "</think>",
+    "<｜System｜>", "<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>", "｜DSML｜",
+    "<｜deepseek_image｜>", "<｜ref｜>", "<｜/ref｜>", "<｜box｜>", "<｜/box｜>",
+    "<｜point｜>", "<｜/point｜>", "<｜polygon｜>", "<｜/polygon｜>",
+)  # fmt: skip
+BPE_VOCAB = 2000
+VOCAB = BPE_VOCAB + len(CHAT_TOKENS)
+BOS_TOKEN_ID, EOS_TOKEN_ID = BPE_VOCAB, BPE_VOCAB + 1
 HIDDEN = 256
 LAYERS = 4
 HEADS = 8
@@ -33,9 +45,9 @@ MAX_POSITIONS = 4096
 ENGRAM_LAYERS = (1, 2)
 ENGRAM_N, ENGRAM_HEADS, ENGRAM_DIM = 4, 4, 64
 ENGRAM_VOCAB_BASE = 1000
-# NOTE: upstream's build_compressed_token_map of the tiny Engram tokenizer that ships in
-# the directory (engram/assets); the checkpoint test recomputes it with upstream's code.
-COMPRESSED_VOCAB = 1524
+# NOTE: upstream's build_compressed_token_map of the tokenizer that ships in the
+# directory (``tokenizer_json``); the checkpoint test recomputes it with upstream's code.
+COMPRESSED_VOCAB = 1542
 # NOTE: unit-scale logits over 2,000 ids would leave best-to-second gaps of hundredths;
 # at this scale greedy choices stand clear of the CPU's rounding differences.
 LOGIT_SCALE = 8.0
@@ -116,8 +128,25 @@ def config() -> dict[str, object]:
         "num_nextn_predict_layers": 0,
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
-        "bos_token_id": 0,
+        "bos_token_id": BOS_TOKEN_ID,
         "eos_token_id": EOS_TOKEN_ID,
+    }
+
+
+def tokenizer_files() -> dict[str, str]:
+    """``tokenizer.json`` (the tiny Engram BPE with DeepSeek's chat tokens added) and
+    ``tokenizer_config.json``."""
+    tokenizer = json.loads(asset_bytes())
+    tokenizer["added_tokens"] += [
+        {"id": BPE_VOCAB + i, "content": text, "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}
+        for i, text in enumerate(CHAT_TOKENS)
+    ]  # fmt: skip
+    settings = tokenizer_config(MAX_POSITIONS)
+    settings |= {"bos_token": CHAT_TOKENS[0], "eos_token": CHAT_TOKENS[1]}
+    return {
+        "tokenizer.json": json.dumps(tokenizer, ensure_ascii=False),
+        "tokenizer_config.json": json.dumps(settings, indent=2, sort_keys=True) + "\n",
     }
 
 

@@ -37,6 +37,7 @@ def load(model_dir: str) -> dict[str, object]:
     from sglang.srt.layers.dp_attention import initialize_dp_attention
     from sglang.srt.layers.engram import build_compressed_token_map
     from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
+    from sglang.srt.parser.deepseek_recipe_renderer import DeepSeekRecipe
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.utils.hf_transformers_utils import get_tokenizer
@@ -74,7 +75,12 @@ def load(model_dir: str) -> dict[str, object]:
             if type(m) is upstream
         }
         layer = model.model.layers[0]
-        _, compressed = build_compressed_token_map(get_tokenizer(model_dir))
+        tokenizer = get_tokenizer(model_dir)
+        _, compressed = build_compressed_token_map(tokenizer)
+        # SGLang's DeepSeek-V4.1 chat encoder (/v1/chat/completions) on the shipped tokenizer
+        chat = DeepSeekRecipe.from_hf_tokenizer("dsv41", tokenizer).encode(
+            {"messages": [{"role": "user", "content": "def main("}], "thinking": False}
+        )
     return {
         "not_loaded": not_loaded,
         "tables": tables,
@@ -82,6 +88,8 @@ def load(model_dir: str) -> dict[str, object]:
         "wqkv_a": layer.self_attn.wqkv_a.weight.float().tolist(),
         "compressed_vocab_size": compressed,
         "decoder_layer": type(layer).__name__,
+        "chat_ids": chat,
+        "bos": tokenizer.bos_token_id,
     }
 
 

@@ -48,6 +48,10 @@ def test_upstream_loads_every_parameter_and_the_tables_row_for_row(tmp_path):
     assert got["decoder_layer"] == "DeepseekV4PlatformDecoderLayer"
     config = json.loads((model / "config.json").read_text())
     assert got["compressed_vocab_size"] == config["engram_compressed_vocab_size"]
+    # the chat encoder finds DeepSeek's special tokens: bos first, ids in the vocabulary
+    chat = got["chat_ids"]
+    assert chat[0] == got["bos"] == config["bos_token_id"] and max(chat) < config["vocab_size"]
+    assert {tiny.BOS_TOKEN_ID, tiny.EOS_TOKEN_ID} < set(range(config["vocab_size"]))
     spec = EngramSpec.from_hf_config(config)
     assert len(spec.layer_ids) >= 2 and set(config["compress_ratios"]) == {0}
     with safe_open(str(model / WEIGHTS_FILE), "pt") as f:

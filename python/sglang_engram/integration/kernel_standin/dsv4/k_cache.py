@@ -28,7 +28,8 @@ def quantize(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     exponent = torch.ceil(torch.log2(amax / E4M3_MAX))
     nope = (tiles * torch.exp2(-exponent).unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX)
     scale = (exponent.to(torch.int32) + 127).to(torch.uint8)
-    return nope.to(torch.float8_e4m3fn).flatten(-2), k[:, NOPE:].to(torch.bfloat16), scale
+    rope = k[:, NOPE:].to(torch.bfloat16).contiguous()
+    return nope.to(torch.float8_e4m3fn).flatten(-2), rope, scale
 
 
 def _page_bytes(cache: torch.Tensor) -> torch.Tensor:
@@ -59,9 +60,7 @@ def store(
     pages = _page_bytes(cache)
     flat = pages.view(-1)
     data, where = _offsets(loc[keep], page_size, pages.shape[1])
-    row = torch.cat(
-        (nope[keep].view(torch.uint8), rope[keep].contiguous().view(torch.uint8)), dim=-1
-    )
+    row = torch.cat((nope[keep].view(torch.uint8), rope[keep].view(torch.uint8)), dim=-1)
     flat[data.unsqueeze(-1) + torch.arange(DATA_BYTES, device=flat.device)] = row
     flat[where.unsqueeze(-1) + torch.arange(TILES, device=flat.device)] = scale[keep]
 
@@ -80,6 +79,24 @@ def load(cache: torch.Tensor, loc: torch.Tensor, page_size: int) -> torch.Tensor
     return torch.cat((nope.to(torch.bfloat16), rope), dim=-1)
 
 
+def norm_rope(
+    kv: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    freqs_cis: torch.Tensor,
+    positions: torch.Tensor,
+) -> torch.Tensor:
+    """``kv`` [T, 512] RMS-normalised with ``weight`` and its RoPE tail rotated at
+    ``positions``, in fp32 (the fused kernel quantises from these, never rounding to
+    bf16 first)."""
+    from sglang_engram.integration.kernel_standin.dsv4 import rope
+
+    x = kv.float()
+    normed = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight.float()
+    normed[:, NOPE:] = rope.rotate(normed[:, NOPE:], freqs_cis, positions)
+    return normed
+
+
 def norm_rope_store(
     kv: torch.Tensor,
     weight: torch.Tensor,
@@ -90,12 +107,5 @@ def norm_rope_store(
     cache: torch.Tensor,
     page_size: int,
 ) -> None:
-    """RMSNorm ``kv`` [T, 512] with ``weight``, rotate its RoPE tail at ``positions``, and
-    store it quantised at ``loc``: all in fp32 until the e4m3 and bf16 roundings, as the
-    fused kernel does."""
-    from sglang_engram.integration.kernel_standin.dsv4 import rope
-
-    x = kv.float()
-    normed = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight.float()
-    normed[:, NOPE:] = rope.rotate(normed[:, NOPE:], freqs_cis, positions)
-    store(cache, loc, *quantize(normed), page_size)
+    """:func:`norm_rope`, then stored quantised at ``loc``."""
+    store(cache, loc, *quantize(norm_rope(kv, weight, eps, freqs_cis, positions)), page_size)

@@ -43,6 +43,11 @@ def split_sinkhorn(
 def combine(
     x_flat: torch.Tensor, pre: torch.Tensor, hc: int, out_dtype: torch.dtype
 ) -> torch.Tensor:
-    """``y[m, h] = sum_k pre[m, k] * x_flat[m, k * H + h]``, accumulated in fp32."""
+    """``y[m, h] = sum_k pre[m, k] * x_flat[m, k * H + h]``, accumulated in fp32 stream by
+    stream (the kernel's order), then rounded to ``out_dtype``."""
     streams = x_flat.view(x_flat.shape[0], hc, -1).float()
-    return (pre.float().unsqueeze(-1) * streams).sum(dim=1).to(out_dtype)
+    weights = pre.float()
+    acc = torch.zeros_like(streams[:, 0])
+    for k in range(hc):
+        acc += weights[:, k : k + 1] * streams[:, k]
+    return acc.to(out_dtype)
