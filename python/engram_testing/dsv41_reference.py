@@ -10,22 +10,27 @@ projection, which makes upstream's gate add exact zeros (the layer is the identi
 prefill (a PD decode worker with ``--engram-offload off``). The reference for served
 tokens; run in a fresh interpreter with ``SGLANG_USE_CPU_ENGINE=1``:
 
-    python -m engram_testing.dsv41_reference MODEL PROMPTS.json --new-tokens N --regime R
+    python -m engram_testing.dsv41_reference MODEL PROMPTS.json --new-tokens N --regimes R,...
 
-prints ``RESULT`` and a JSON list of each prompt's tokens.
+prints ``RESULT`` and a JSON object: regime -> each prompt's tokens. :func:`run` runs it
+so from a test.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
+import subprocess
 import sys
 from array import array
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from engram.cli import Parser, directory, existing_file, number
+from engram.cli import run as run_cli
 
 REGIMES = ("both", "none", "prefill_only")
 # NOTE: the KV pool; the sliding window's part must hold a window and a page per request
@@ -58,7 +63,11 @@ def _load(model_dir: str, max_total_tokens: int) -> Any:
     # of this checkpoint gets on the CPU engine
     server_args = prepare_server_args(
         ["--model-path", model_dir, "--device", "cpu", "--engram-offload", "hbm",
-         "--max-total-tokens", str(max_total_tokens), "--disable-radix-cache"]
+         "--max-total-tokens", str(max_total_tokens), "--disable-radix-cache",
+         # NOTE: the pool is sized by --max-total-tokens; SGLang still checks the
+         # weights leave that fraction of free host memory, which beside servers
+         # starting on a shared machine can be short
+         "--mem-fraction-static", "0.95"]
     )  # fmt: skip
     server_args.resolve_once()
     _set_envs_and_config(server_args)
@@ -70,21 +79,25 @@ def _load(model_dir: str, max_total_tokens: int) -> Any:
 
 
 def generate(
-    model_dir: str, prompts: list[list[int]], new_tokens: int, regime: str
-) -> list[list[int]]:
-    """Each prompt's ``new_tokens`` greedy tokens, one prompt at a time (as a server
-    that serves one request at a time batches them)."""
+    model_dir: str, prompts: list[list[int]], new_tokens: int, regimes: list[str]
+) -> dict[str, list[list[int]]]:
+    """Per regime, each prompt's ``new_tokens`` greedy tokens, one prompt at a time (as a
+    server that serves one request at a time batches them), from one loaded model."""
     # NOTE: in the launcher's order: its parser module, then the plugins (the plugin's
     # sgl_kernel stand-in and hooks), then the rest of SGLang
     import sglang.srt.server_args  # noqa: F401
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
+    assert set(regimes) <= set(REGIMES), regimes
+    runner = _load(model_dir, max_total_tokens=MAX_TOTAL_TOKENS)
+    return {regime: _greedy(runner, prompts, new_tokens, regime) for regime in regimes}
+
+
+def _greedy(runner: Any, prompts: list[list[int]], new_tokens: int, regime: str) -> list[list[int]]:
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    assert regime in REGIMES, regime
-    runner = _load(model_dir, max_total_tokens=MAX_TOTAL_TOKENS)
     model = runner.torch_runner.model
     out = []
     for index, prompt in enumerate(prompts):
@@ -109,19 +122,52 @@ def generate(
     return out
 
 
+def run(
+    model: Path, prompts: list[list[int]], new_tokens: int, regimes: list[str], workdir: Path
+) -> dict[str, list[list[int]]]:
+    """:func:`generate` in a fresh interpreter on the CPU engine (as a scheduler runs);
+    its log is ``workdir/reference.log``."""
+    from engram_testing.server import server_env
+
+    (workdir / "prompts.json").write_text(json.dumps(prompts))
+    command = [
+        sys.executable, "-m", "engram_testing.dsv41_reference", str(model),
+        str(workdir / "prompts.json"), "--new-tokens", str(new_tokens),
+        "--regimes", ",".join(regimes),
+    ]  # fmt: skip
+    with open(workdir / "reference.log", "w") as log:
+        done = subprocess.run(
+            command, env=server_env(), stdout=subprocess.PIPE, stderr=log, text=True, timeout=1200
+        )
+    assert done.returncode == 0, (workdir / "reference.log").read_text()[-3000:]
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engram_testing.dsv41_reference")
-    parser.add_argument("model")
-    parser.add_argument("prompts", help="a JSON file: a list of token-id lists")
-    parser.add_argument("--new-tokens", type=int, required=True)
-    parser.add_argument("--regime", choices=REGIMES, default="both")
+    parser = Parser(
+        prog="python -m engram_testing.dsv41_reference",
+        description="Greedy tokens of a DeepSeek-V4.1 checkpoint from upstream's model, in "
+        "this process, with Engram's contribution kept or taken away.",
+    )
+    parser.add_argument("model", type=directory, help="the checkpoint directory")
+    parser.add_argument("prompts", type=existing_file, help="a JSON list of token-id lists")
+    parser.add_argument("--new-tokens", type=number(int, at_least=1), required=True)
+    parser.add_argument(
+        "--regimes", default="both", help=f"comma-separated, of {', '.join(REGIMES)}"
+    )
     args = parser.parse_args(argv)
-    with open(args.prompts) as f:
-        prompts = json.load(f)
-    with torch.no_grad():
-        tokens = generate(args.model, prompts, args.new_tokens, args.regime)
-    print("RESULT " + json.dumps(tokens))
-    return 0
+    regimes = args.regimes.split(",")
+    if not set(regimes) <= set(REGIMES):
+        parser.error(f"--regimes: each one of {', '.join(REGIMES)}, got {args.regimes!r}")
+
+    def body() -> None:
+        prompts = json.loads(args.prompts.read_text())
+        with torch.no_grad():
+            tokens = generate(str(args.model), prompts, args.new_tokens, regimes)
+        print("RESULT " + json.dumps(tokens))
+
+    return run_cli(body, args)
 
 
 if __name__ == "__main__":
