@@ -17,6 +17,37 @@ import torch
 from test.plugin.qwen4_upstream_load import _free_port
 
 
+def _hashes(model: torch.nn.Module) -> dict[str, bool]:
+    """The read-ahead's row hasher (the family's, built from the loaded model) against
+    upstream's own hash of the model: a prompt from its start, and decode steps from
+    their history rows."""
+    from sglang.kernels.ops.embeddings.engram_hash import MODE_DECODE, MODE_EXTEND
+    from sglang_engram.models.deepseek_v41.family import DeepseekV41
+
+    upstream = model.model.engram_hasher
+    ours = DeepseekV41().row_hasher(model)
+    n = upstream.max_ngram_size
+    ids = torch.randint(3, 2000, (300,))
+    positions = torch.arange(ids.numel())
+    want, _ = upstream._torch_hash_ids(
+        ids, positions, MODE_EXTEND, torch.zeros(1, n - 1, dtype=torch.int32), ids.numel(),
+        1, torch.zeros_like(ids), torch.tensor([0]),
+    )  # fmt: skip
+    steps = [k for k in range(0, ids.numel(), 37)]
+    history = torch.tensor(
+        [upstream.history_row(ids[max(0, k - n + 1) : k].tolist()) for k in steps]
+    )
+    want_steps, _ = upstream._torch_hash_ids(
+        ids[steps], positions[steps], MODE_DECODE, history, len(steps), 1, None, None
+    )
+    got_steps = ours.step_rows([ids[max(0, k - n + 1) : k + 1].tolist() for k in steps])
+    return {
+        "prompt_rows_equal": torch.equal(ours.prompt_rows(ids.tolist()), want),
+        "step_rows_equal": torch.equal(got_steps, want_steps),
+        "rows_are_ids": bool((want >= 0).all()) and not torch.equal(want[0], want[1]),
+    }
+
+
 def load(model_dir: str) -> dict[str, object]:
     warnings.simplefilter("ignore")
     from sglang.srt.plugins import load_plugins
@@ -74,6 +105,7 @@ def load(model_dir: str) -> dict[str, object]:
             for name, m in model.named_modules()
             if type(m) is upstream
         }
+        hashes = _hashes(model)
         layer = model.model.layers[0]
         tokenizer = get_tokenizer(model_dir)
         _, compressed = build_compressed_token_map(tokenizer)
@@ -89,6 +121,7 @@ def load(model_dir: str) -> dict[str, object]:
         "compressed_vocab_size": compressed,
         "decoder_layer": type(layer).__name__,
         "chat_ids": chat,
+        **hashes,
         "bos": tokenizer.bos_token_id,
     }
 

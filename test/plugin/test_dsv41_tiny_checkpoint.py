@@ -1,7 +1,9 @@
 """The tiny random DeepSeek-V4.1 checkpoint: upstream SGLang's own model class loads every
 parameter of it (on the CPU engine, with the plugin's stand-ins), its Engram tables arrive
 row for row in the released format, its tokenizer gives upstream's compressed token map
-the config's size, and its command line fails in one line."""
+the config's size (and SGLang's DeepSeek-V4.1 chat encoder its special tokens), the
+read-ahead hashes rows as upstream's model does, and its command line fails in one
+line."""
 
 from __future__ import annotations
 
@@ -52,6 +54,9 @@ def test_upstream_loads_every_parameter_and_the_tables_row_for_row(tmp_path):
     chat = got["chat_ids"]
     assert chat[0] == got["bos"] == config["bos_token_id"] and max(chat) < config["vocab_size"]
     assert {tiny.BOS_TOKEN_ID, tiny.EOS_TOKEN_ID} < set(range(config["vocab_size"]))
+    # the read-ahead's rows (the family's row hasher) are upstream's hash of the model's,
+    # for a prompt from its start and for decode steps
+    assert got["prompt_rows_equal"] and got["step_rows_equal"] and got["rows_are_ids"]
     spec = EngramSpec.from_hf_config(config)
     assert len(spec.layer_ids) >= 2 and set(config["compress_ratios"]) == {0}
     with safe_open(str(model / WEIGHTS_FILE), "pt") as f:

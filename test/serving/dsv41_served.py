@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import random
-import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from engram_testing import dsv41_tiny_weights as tiny
@@ -19,7 +18,7 @@ NEW_TOKENS = 32
 CHUNK = 256  # a prefill chunk (the page size: DeepSeek-V4's smallest)
 START_S = 900
 # NOTE: each prompt length range: within the window, past it, past a chunk and the window
-LENGTHS = ((6, 40), (129, 220), (CHUNK + 40, 2 * CHUNK + 60))
+LENGTHS = ((6, 40), (129, 220), (CHUNK + 20, CHUNK + 120))
 
 
 def random_prompts(rng: random.Random, per_range: tuple[int, ...]) -> list[list[int]]:
@@ -57,11 +56,3 @@ def started(
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(plans)) as pool:
         futures = {name: pool.submit(start, stack, name) for name in plans}
         yield {name: future.result() for name, future in futures.items()}
-
-
-def timed(future: Future, what: str) -> object:
-    """A background job's result, printing how long the test waited for it."""
-    begin = time.monotonic()
-    result = future.result()
-    print(f"{what}: waited {time.monotonic() - begin:.0f} s")
-    return result
