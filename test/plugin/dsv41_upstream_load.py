@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from test.plugin.qwen4_upstream_load import _free_port
+from test.plugin.upstream_load import one_rank
 
 
 def _hashes(model: torch.nn.Module) -> dict[str, bool]:
@@ -60,29 +60,12 @@ def load(model_dir: str) -> dict[str, object]:
     # NOTE: what the plugin's flag hook sets for a server (this script parses no flags)
     os.environ.update(dict.fromkeys(ENV_SWITCHES, "0"))
     get_runtime().use_config(EngramServerConfig(offload="hbm"))
-    from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.distributed.parallel_state import (
-        init_distributed_environment,
-        initialize_model_parallel,
-    )
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
     from sglang.srt.layers.engram import build_compressed_token_map
     from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
     from sglang.srt.parser.deepseek_recipe_renderer import DeepSeekRecipe
-    from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
-    from sglang.srt.server_args import ServerArgs
     from sglang.srt.utils.hf_transformers_utils import get_tokenizer
 
-    args = ServerArgs(model_path=model_dir, device="cpu")
-    context = create_context(args, role="scheduler", ranks=SpawnRanks(0, None, 0))
-    with use_context(context):
-        config = ModelConfig.from_server_args(args)
-        init_distributed_environment(
-            world_size=1, rank=0, local_rank=0, backend="gloo",
-            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
-        )  # fmt: skip
-        initialize_model_parallel()
-        initialize_dp_attention(server_args=args)
+    with one_rank(model_dir) as config:
         from sglang.srt.models.deepseek_v4 import DeepseekV4ForCausalLM
         from sglang_engram.models.deepseek_v41.layers import PlacedEngramEmbedding
 

@@ -181,6 +181,51 @@ def combine_equals_upstream_triton() -> None:
     assert torch.equal(combine(x, pre, 4, torch.bfloat16), want.to(torch.bfloat16))
 
 
+@check
+def sparse_attention_equals_a_per_query_softmax() -> None:
+    """Beyond the kit's cases: -1 and past-``topk_length`` entries skipped, a slot named
+    twice counted twice, a second (extra) cache, queries past one block: against each
+    query's softmax over upstream's dequantised keys plus the sink."""
+    from sglang.test.kernels.deepseek_v4.k_cache_reference import (
+        dequantize_k_cache_paged_ref,
+        set_k_and_s_torch,
+    )
+    from sglang_engram.integration.kernel_standin.dsv4 import sparse_mla
+
+    page_size, heads, queries, topk = 64, 4, sparse_mla.BLOCK + 30, 64
+    caches = []
+    for pages in (3, 2):
+        cache = _pages(pages, page_size)
+        loc = torch.arange(pages * page_size)
+        set_k_and_s_torch(cache, loc, _pack(_k_rows(loc.numel())), page_size)
+        caches.append((cache, torch.randint(0, pages * page_size, (queries, 1, topk))))
+    (main, idx), (extra, extra_idx) = caches
+    idx[:, 0, 5] = -1
+    idx[:, 0, 7] = idx[:, 0, 6]  # the same slot twice
+    lengths = torch.randint(1, topk + 1, (queries,))
+    extra_lengths = torch.randint(1, topk + 1, (queries,))
+    q = torch.randn(queries, 1, heads, 512).to(torch.bfloat16)
+    sink = torch.randn(heads)
+    views = [
+        c.view(c.shape[0], -1)[:, : page_size * 584].view(c.shape[0], page_size, 1, 584)
+        for c in (main, extra)
+    ]
+    out, _ = sparse_mla.sparse_decode(
+        q, views[0], 512, 512**-0.5, idx, lengths, sink, views[1], extra_idx, extra_lengths
+    )
+    # NOTE: a sample of the queries, the last one (second block) among them
+    for i in [*torch.randperm(queries - 1)[:23].tolist(), queries - 1]:
+        chosen = [s for s in idx[i, 0, : lengths[i]].tolist() if s >= 0]
+        more = extra_idx[i, 0, : extra_lengths[i]]
+        keys = torch.cat((
+            dequantize_k_cache_paged_ref(main, torch.tensor(chosen), page_size)[:, 0],
+            dequantize_k_cache_paged_ref(extra, more, page_size)[:, 0],
+        )).float()  # fmt: skip
+        scores = q[i, 0].float() @ keys.T * 512**-0.5
+        probs = torch.softmax(torch.cat((scores, sink.view(-1, 1)), dim=-1), dim=-1)[:, :-1]
+        torch.testing.assert_close(out[i, 0].float(), probs @ keys, rtol=2e-2, atol=2e-2)
+
+
 def _kit_check(case) -> Callable[[], None]:
     def run() -> None:
         from sglang.test.kits.attention_unittest.attention_methods import dsv4_attention as kit

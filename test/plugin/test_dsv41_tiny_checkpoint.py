@@ -8,11 +8,9 @@ line."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,30 +19,15 @@ from engram_testing.dsv41_tiny_checkpoint import WEIGHTS_FILE, write_tiny_checkp
 from safetensors import safe_open
 
 from engram.spec import EngramSpec
+from test.plugin.upstream_load import run_script, script_env
 
-ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "engram_testing.dsv41_tiny_checkpoint"]
-
-
-def _env() -> dict[str, str]:
-    path = os.pathsep.join([str(ROOT), str(ROOT / "python"), str(ROOT / "sgl-kernel")])
-    return {**os.environ, "PYTHONPATH": path, "SGLANG_USE_CPU_ENGINE": "1"}
-
-
-def _upstream_load(model: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "test.plugin.dsv41_upstream_load", str(model)],
-        env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
 
 
 @pytest.mark.slow
 def test_upstream_loads_every_parameter_and_the_tables_row_for_row(tmp_path):
     model = write_tiny_checkpoint(tmp_path / "m", seed=random.randrange(1 << 30))
-    got = _upstream_load(model)
+    got = run_script("test.plugin.dsv41_upstream_load", model)
     assert got["not_loaded"] == []
     # the V4.1 path (hyper-connections from the previous sublayer) on the CPU engine
     assert got["decoder_layer"] == "DeepseekV4PlatformDecoderLayer"
@@ -102,7 +85,7 @@ def test_same_seed_same_bytes_other_seed_other_weights(tmp_path):
 def test_cli_writes_a_checkpoint_and_refuses_bad_input_in_one_line(tmp_path):
     out = subprocess.run(
         [*CLI, "--out", str(tmp_path / "m"), "--seed", "3"],
-        env=_env(), capture_output=True, text=True, timeout=300,
+        env=script_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "m" / "config.json").is_file() and "deepseek_v41" in out.stdout
@@ -111,6 +94,8 @@ def test_cli_writes_a_checkpoint_and_refuses_bad_input_in_one_line(tmp_path):
         (["--out", str(tmp_path / "file")], "is a file"),
         (["--out", str(tmp_path / "m3"), "--seed", "-1"], "must be"),
     ):
-        bad = subprocess.run([*CLI, *args], env=_env(), capture_output=True, text=True, timeout=300)
+        bad = subprocess.run(
+            [*CLI, *args], env=script_env(), capture_output=True, text=True, timeout=300
+        )
         assert bad.returncode == 2 and words in bad.stderr, bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr

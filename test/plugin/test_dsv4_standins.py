@@ -2,7 +2,8 @@
 against upstream SGLang's own references for each (``dsv4_standin_check.py``, in a fresh
 interpreter with Triton's interpreter on, so that upstream's Triton kernels run as
 references): the K quantiser, page store and reader, the K norm+RoPE, RoPE, the mHC
-Sinkhorn split and stream combine, and every sliding-window case of SGLang's own
+Sinkhorn split and stream combine, the sparse attention against a per-query softmax over
+upstream's dequantised keys, and every sliding-window case of SGLang's own
 DeepSeek-V4 attention test kit (upstream's backend and pool with the stand-ins, against
 the kit's pure-torch reference). Also: the hooks route to them only on the CPU engine,
 and ``doctor`` names them."""
@@ -31,6 +32,7 @@ STANDIN_CHECKS = (
     "rope_equals_upstream_triton",
     "sinkhorn_equals_upstream_references",
     "combine_equals_upstream_triton",
+    "sparse_attention_equals_a_per_query_softmax",
 )
 # NOTE: SGLang 0.5.23's kit (make_dsv4_cases): its compress_ratio=0 slice
 KIT_SWA_CASES = 13
