@@ -67,8 +67,9 @@ def router_drops(m: Model) -> str:
 
 
 def empty_chat(m: Model) -> str:
-    """An empty message: an empty prompt (refused) unless the encoder marks the roles."""
-    return SERVED if m.chat_marks_roles else REFUSED
+    """An empty message: an empty prompt (refused) unless the server's encoder marks the
+    roles; sglang-router refuses it before any worker sees it."""
+    return SERVED if m.chat_marks_roles and not m.pd_router else REFUSED
 
 
 def router_refuses(m: Model) -> str:
