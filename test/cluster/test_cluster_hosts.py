@@ -24,7 +24,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import psutil
@@ -41,7 +40,7 @@ from sglang_engram.cluster.keys import bearer, read_key
 from sglang_engram.integration.kernel_standin import gpu_present
 
 from test.cluster.faults import BOUND_S, CONCURRENCY, workload
-from test.cluster.util import EXAMPLES, alive, wait_for
+from test.cluster.util import EXAMPLES, alive, cluster_env, follow, start_up, wait_for, wait_ready
 
 pytestmark = [
     pytest.mark.slow,
@@ -76,32 +75,16 @@ def cluster(hosts, ray_hosts, trained_tiny_model):
     spec = hosts.scratch / f"{NAME}.yaml"
     data = yaml.safe_load(EXAMPLE.read_text())
     spec.write_text(yaml.safe_dump({**data, "model": str(trained_tiny_model)}))
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(ENV, SGLANG_ENGRAM_CLUSTER_HOME=str(home))
-    cmd = [sys.executable, "-m", "sglang_engram.cluster", "up", str(spec), "--address"]
     a = hosts["a"]
-    up = a.popen(
-        [*cmd, ray_hosts.address],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(up.stdout), daemon=True)
-    reader.start()
-    c = {"up": up, "lines": lines, "reader": reader, "env": env, "spec": spec, "home": home}
-    c.update(router=f"http://{a.address}:{ROUTER_PORT}", view=ClusterView(NAME))
-    c["reference"] = load_reference(trained_tiny_model)
+    up = start_up(spec, home, "--address", ray_hosts.address, host=a, env=ENV)
+    lines, reader = follow(up)
+    c = {"up": up, "lines": lines, "reader": reader, "spec": spec, "home": home}
+    c.update(env={**cluster_env(home), **ENV}, router=f"http://{a.address}:{ROUTER_PORT}")
+    c.update(view=ClusterView(NAME), reference=load_reference(trained_tiny_model))
     patch = pytest.MonkeyPatch()
     patch.setenv("SGLANG_ENGRAM_CLUSTER_HOME", str(home))  # NOTE: ClusterView reads it
     try:
-        wait_for(
-            lambda: any(x.startswith("ready: ") for x in lines) or up.poll() is not None,
-            STARTUP_S,
-            "up to report ready",
-        )
-        assert up.poll() is None, "".join(lines)
+        wait_ready(up, lines, STARTUP_S)
         c.update(
             key=read_key(home / NAME / "client.key"), admin=read_key(home / NAME / "admin.key")
         )
@@ -223,6 +206,9 @@ def test_workers_refuse_requests_without_the_key(cluster, hosts, ray_hosts):
         assert table and w["state"] == "running", w
     router = c["router"]
     assert requests.post(f"{router}/generate", json=body, timeout=10).status_code == 401
+    models = f"{router}/v1/models"  # what `compare` waits on, with the clients' key
+    assert requests.get(models, timeout=10).status_code == 401
+    assert requests.get(models, headers=bearer(c["key"]), timeout=10).ok
     r = requests.post(f"{router}/generate", json=body, headers=bearer(c["admin"]), timeout=10)
     assert r.status_code == 401
     for key, status in ((None, 401), (c["key"], 401), (c["admin"], 200)):

@@ -43,7 +43,15 @@ from sglang_engram.integration.kernel_standin import gpu_present
 from engram.model.corpus import split_documents, stdlib_documents
 from engram.profile import RowProfile
 from test.cluster.faults import BOUND_S, DETECT_S, check, strike_now, under_load
-from test.cluster.util import EXAMPLES, alive, spec_from_example, wait_for
+from test.cluster.util import (
+    EXAMPLES,
+    alive,
+    follow,
+    spec_from_example,
+    start_up,
+    wait_for,
+    wait_ready,
+)
 
 # NOTE: the CPU engine's cluster, for machines without a GPU (where setup.sh installs
 # the pd-cpu extra); on a GPU machine test_cluster_gpu.py runs the launcher instead.
@@ -202,17 +210,10 @@ def cluster(ray_cluster, env, model, seed_profile, tmp_path_factory):
         workers=workers,
     )
     name = yaml.safe_load(spec.read_text())["name"]
-    up = subprocess.Popen(
-        [sys.executable, "-m", "sglang_engram.cluster", "up", str(spec)]
-        + ["--address", ray_cluster["address"]],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
+    up = start_up(
+        spec, Path(env["SGLANG_ENGRAM_CLUSTER_HOME"]), "--address", ray_cluster["address"], env=env
     )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(up.stdout), daemon=True)
-    reader.start()
+    lines, reader = follow(up)
     c = {"name": name, "spec": spec, "env": env, "up": up, "lines": lines, "reader": reader}
     c.update(router=f"http://127.0.0.1:{base}", home=Path(env["SGLANG_ENGRAM_CLUSTER_HOME"]))
     c.update(seed_profile=seed_profile, served_profile=served)
@@ -222,12 +223,7 @@ def cluster(ray_cluster, env, model, seed_profile, tmp_path_factory):
     # NOTE: the soak's ClusterView reads the state file from this process's environment.
     patch.setenv("SGLANG_ENGRAM_CLUSTER_HOME", env["SGLANG_ENGRAM_CLUSTER_HOME"])
     try:
-        wait_for(
-            lambda: any(x.startswith("ready: ") for x in lines) or up.poll() is not None,
-            STARTUP_S,
-            "up to report ready",
-        )
-        assert up.poll() is None, "".join(lines)
+        wait_ready(up, lines, STARTUP_S)
         keys = c["home"] / name
         c.update(key=read_key(keys / "client.key"), admin_key=read_key(keys / "admin.key"))
         yield c
