@@ -6,6 +6,7 @@ and all of it stopped at the end.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -127,7 +128,7 @@ class RunningCluster:
         )
         ray.get(router.start.remote())
         what = "the router to register every worker"
-        ready = lambda: _router_ready(r.url, self.plan, self.keys.admin)  # noqa: E731
+        ready = functools.partial(_router_ready, r.url, self.plan, self.keys.admin)
         self._wait({"router": router}, ready, what, deadline)
         ray.get([a.attach_router.remote(r.url) for a in workers.values()])
         self.state = self.state.update(phase="running")
