@@ -26,7 +26,13 @@ from engram_testing.netns_hosts import NetnsHosts
 READY = "Ray runtime started"
 HEAD_PORT = 6379  # each host has its own ports: no other Ray can hold it there
 START_S = 180.0
-ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+# NOTE: Ray's memory monitor off, as `up` runs its own Ray: it kills actors when the
+# machine runs low, whoever holds the memory (here: the other tests on this machine).
+ENV = {
+    "RAY_AUTH_MODE": "token",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_memory_monitor_refresh_ms": "0",
+}
 
 
 @dataclass

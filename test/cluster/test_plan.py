@@ -333,8 +333,11 @@ def test_workers_of_a_lost_node_are_placed_again_where_their_pins_allow():
     plan = build_plan(parse_spec(_pinned_spec()), NODES, router_host="10.0.0.1", log_dir="/l")
     current = {w.name: w for w in plan.workers}
     live = [NODES[0], NODES[2]]  # b1's raylet is gone
-    lost = lost_workers(current, live)
+    lost = list(lost_workers(current, live, {}))
     assert lost == ["decode-b-0", "free-1"]
+    # A worker whose supervising actor died (on a live node) is lost too.
+    died = {"free-0": {"state": "unreachable", "error": "killed", "actor_died": True}}
+    assert lost_workers(current, live, died)["free-0"] == ("its supervisor died (killed)", False)
     running = {n: w for n, w in current.items() if n not in lost}
     again = places(plan, lost, running, live)
     # decode-b-0 may only go to the other host=b node; free-1 to the least loaded one.

@@ -198,18 +198,20 @@ class RunningCluster:
                 self.say(f"cluster {self.state.name}: {health}")
 
     def _tend_nodes(self) -> None:
-        """Mark the workers of nodes Ray has declared dead lost (off the router; their
-        actors, dead with the node, forgotten); start again those a live node can run."""
+        """Mark lost the workers of nodes Ray has declared dead and those whose actor
+        died (off the router; their actors forgotten); start again those a live node can
+        run."""
         import ray
 
         live = live_nodes()
         running = {n: w for n, w in self.workers.items() if n not in self.lost}
-        for name in lost_workers(running, live):
+        members = self.state.members
+        for name, (why, node_gone) in lost_workers(running, live, members).items():
             w, pins = self.workers[name], self.plan.demand(name).pins
             self.lost.add(name)
             with contextlib.suppress(ray.exceptions.RayError, ValueError):
                 ray.kill(self.actors.pop(name), no_restart=True)
-            status = lost_status(self.state.members.get(name, {}), w, pins)
+            status = lost_status(members.get(name, {}), w, why, node_gone, pins)
             self.state = self.state.with_members({name: status})
             self.say(f"{name}: lost ({status['error']})")
             self._off_router(name)

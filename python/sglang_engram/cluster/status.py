@@ -14,7 +14,8 @@ DOWN = ("failed", "unreachable", "lost")  # lost: its node is gone (node_loss)
 
 
 def poll(actors: dict[str, Any], timeout_s: float = 15.0) -> dict[str, dict[str, Any]]:
-    """Each actor's status (a dead or hung one as ``unreachable``), all asked at once."""
+    """Each actor's status (a dead or hung one as ``unreachable``; ``actor_died`` once
+    Ray says it is dead), all asked at once."""
     import ray
 
     refs = {name: a.status.remote() for name, a in actors.items()}
@@ -26,7 +27,8 @@ def poll(actors: dict[str, Any], timeout_s: float = 15.0) -> dict[str, dict[str,
                 raise TimeoutError(f"no answer in {timeout_s:g} s")
             out[name] = ray.get(ref)
         except (ray.exceptions.RayError, TimeoutError) as exc:
-            out[name] = {"state": "unreachable", "error": str(exc).splitlines()[0]}
+            died = isinstance(exc, ray.exceptions.ActorDiedError)
+            out[name] = {"state": "unreachable", "error": _first_line(exc), "actor_died": died}
     return out
 
 
@@ -109,10 +111,14 @@ def lost_nodes(workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each node that is gone with the workers it took: ``[{host, node_id, workers}]``."""
     nodes: dict[str | None, dict[str, Any]] = {}
     for w in workers:
-        if w["state"] == "lost":
+        if w["state"] == "lost" and w.get("node_gone"):
             node = nodes.setdefault(w["node_id"], {"host": w["host"], "node_id": w["node_id"]})
             node.setdefault("workers", []).append(w["name"])
     return list(nodes.values())
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _registered(member: dict[str, Any]) -> bool | None:
