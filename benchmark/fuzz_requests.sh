@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The long run of the request fuzz suite: every fuzz test of test/serving/ (the tiny Engram
 # model in hbm/dram/ssd, Qwen3.8-Flash-Next in hbm/dram/ssd/off, each through PD and the
-# sglang-router with decode off and dram) with REQUESTS hypothesis-drawn malformed and
-# degenerate requests per target instead of CI's share, plus the clients-that-go-away
-# tests. Prints one line per target (kinds, requests, 2xx / 4xx / 5xx, deaths, RSS before
-# and after) and, last, one line of JSON. Exits nonzero if any test failed. SELECT, a
-# pytest -k expression, narrows the targets (e.g. "dram": each family's dram server and
-# its PD pair with a dram decode worker, ~10 minutes on a 2-core machine at 1,000).
+# sglang-router with decode off and dram; DeepSeek-V4.1 in ssd and through PD with decode
+# dram) with REQUESTS hypothesis-drawn malformed and degenerate requests per target
+# instead of CI's share, plus the clients-that-go-away tests. Prints one line per target
+# (kinds, requests, 2xx / 4xx / 5xx, deaths, RSS before and after) and, last, one line of
+# JSON. Exits nonzero if any test failed. SELECT, a pytest -k expression, narrows the
+# targets (e.g. "dram": each family's dram server and its PD pair with a dram decode
+# worker, ~10 minutes on a 2-core machine at 1,000; "dsv41": DeepSeek-V4.1's two).
 #
 #   bash benchmark/fuzz_requests.sh [REQUESTS] [SEED] [SELECT]
 set -uo pipefail
@@ -21,7 +22,8 @@ trap 'rm -f "$REPORT"' EXIT
 ENGRAM_FUZZ_REQUESTS="$REQUESTS" ENGRAM_FUZZ_SEED="$SEED" ENGRAM_FUZZ_REPORT="$REPORT" \
   "$PY" -m pytest -q -p no:cacheprovider -k "(fuzzed or go_away)${SELECT:+ and ($SELECT)}" \
   test/serving/test_placements.py test/serving/test_qwen4_placements_served.py \
-  test/serving/test_pd.py test/serving/test_qwen4_pd.py
+  test/serving/test_pd.py test/serving/test_qwen4_pd.py \
+  test/serving/test_dsv41_placements_served.py test/serving/test_dsv41_pd.py
 status=$?
 "$PY" - "$REPORT" "$status" <<'PY'
 import json, sys

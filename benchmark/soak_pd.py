@@ -272,6 +272,7 @@ def _stop(up: subprocess.Popen) -> None:
 def soak(args: argparse.Namespace) -> int:
     from engram_testing.soak.report import regime_of, render, summarize
     from engram_testing.soak.resources import Sampler, growth, plot, sample
+    from sglang_engram.cluster.keys import client_key
 
     kinds = args.faults
     if args.warmup >= args.duration:
@@ -300,7 +301,8 @@ def soak(args: argparse.Namespace) -> int:
         _wait_ready(up, view, args)
         url = f"http://127.0.0.1:{spec.router.port}"
         sampler = Sampler(args.sample_every, lambda: sample(up.pid, view.members()))
-        load = LoadDriver(url, workload, args.concurrency, args.request_timeout, seed)
+        key = client_key(spec)
+        load = LoadDriver(url, workload, args.concurrency, args.request_timeout, seed, key)
         start = time.time()
         sampler.start()
         load.start()

@@ -10,12 +10,16 @@ import time
 import urllib.error
 import urllib.request
 
+from sglang_engram.cluster.keys import bearer
 
-def post(url: str, path: str, body: dict, timeout: float = 300) -> tuple[int, dict]:
-    """(HTTP status, JSON body) of a POST; error statuses are returned, not raised."""
-    req = urllib.request.Request(
-        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
+
+def post(
+    url: str, path: str, body: dict, timeout: float = 300, key: str | None = None
+) -> tuple[int, dict]:
+    """(HTTP status, JSON body) of a POST (sending ``key``); error statuses are returned,
+    not raised."""
+    headers = {"Content-Type": "application/json", **bearer(key)}
+    req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(), headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())
@@ -23,7 +27,9 @@ def post(url: str, path: str, body: dict, timeout: float = 300) -> tuple[int, di
         return e.code, json.loads(e.read() or b"{}")
 
 
-def generate_ids(url: str, prompt_ids: list[int], max_new_tokens: int = 24) -> list[int]:
+def generate_ids(
+    url: str, prompt_ids: list[int], max_new_tokens: int = 24, key: str | None = None
+) -> list[int]:
     """Greedy output token ids of one request (``ignore_eos``: always ``max_new_tokens``)."""
     status, out = post(
         url,
@@ -36,6 +42,7 @@ def generate_ids(url: str, prompt_ids: list[int], max_new_tokens: int = 24) -> l
                 "ignore_eos": True,
             },
         },
+        key=key,
     )
     assert status == 200, out
     return list(out["output_ids"])

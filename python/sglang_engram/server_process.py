@@ -23,10 +23,10 @@ class StoppedGroup:
     on_signal: bool  # every one of them exited on the signal, within the grace period
 
 
-def probe(url: str, timeout_s: float = 3.0) -> bool:
-    """True when ``url`` answers 200."""
+def probe(url: str, timeout_s: float = 3.0, headers: dict[str, str] | None = None) -> bool:
+    """True when ``url`` answers 200 (asked with ``headers``)."""
     try:
-        return requests.get(url, timeout=timeout_s).status_code == 200
+        return requests.get(url, headers=headers, timeout=timeout_s).status_code == 200
     except requests.RequestException:
         return False
 

@@ -35,11 +35,14 @@ def workload(vocab: int) -> Workload:
     return Workload((), vocab, (8, 40), (12, 28))
 
 
-def under_load(router: str, view: ClusterView, vocab: int, act, restore_s: float) -> FaultRun:
-    """Load on ``router``; ``act(view)`` (returns the faults it struck) once requests
-    complete; then load until every fault is back and a request sent after that has
-    completed."""
-    load = LoadDriver(router, workload(vocab), CONCURRENCY, 4 * BOUND_S, random.randrange(1 << 30))
+def under_load(
+    router: str, view: ClusterView, vocab: int, act, restore_s: float, key: str | None = None
+) -> FaultRun:
+    """Load on ``router`` (with the client ``key``); ``act(view)`` (returns the faults it
+    struck) once requests complete; then load until every fault is back and a request sent
+    after that has completed."""
+    seed = random.randrange(1 << 30)
+    load = LoadDriver(router, workload(vocab), CONCURRENCY, 4 * BOUND_S, seed, key)
     load.start()
     try:
         _until(lambda: sum(o.ok for o in load.snapshot()) >= CONCURRENCY, 120, "warm-up answers")

@@ -37,12 +37,21 @@ from engram_testing.reference import agreement, agreement_all, load_reference, r
 from engram_testing.server import build_tiny_model
 from engram_testing.soak.faults import ClusterView, release
 from engram_testing.soak.load import send
+from sglang_engram.cluster.keys import bearer, read_key
 from sglang_engram.integration.kernel_standin import gpu_present
 
 from engram.model.corpus import split_documents, stdlib_documents
 from engram.profile import RowProfile
 from test.cluster.faults import BOUND_S, DETECT_S, check, strike_now, under_load
-from test.cluster.util import EXAMPLES, alive, spec_from_example, wait_for
+from test.cluster.util import (
+    EXAMPLES,
+    alive,
+    follow,
+    spec_from_example,
+    start_up,
+    wait_for,
+    wait_ready,
+)
 
 # NOTE: the CPU engine's cluster, for machines without a GPU (where setup.sh installs
 # the pd-cpu extra); on a GPU machine test_cluster_gpu.py runs the launcher instead.
@@ -201,17 +210,10 @@ def cluster(ray_cluster, env, model, seed_profile, tmp_path_factory):
         workers=workers,
     )
     name = yaml.safe_load(spec.read_text())["name"]
-    up = subprocess.Popen(
-        [sys.executable, "-m", "sglang_engram.cluster", "up", str(spec)]
-        + ["--address", ray_cluster["address"]],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
+    up = start_up(
+        spec, Path(env["SGLANG_ENGRAM_CLUSTER_HOME"]), "--address", ray_cluster["address"], env=env
     )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(up.stdout), daemon=True)
-    reader.start()
+    lines, reader = follow(up)
     c = {"name": name, "spec": spec, "env": env, "up": up, "lines": lines, "reader": reader}
     c.update(router=f"http://127.0.0.1:{base}", home=Path(env["SGLANG_ENGRAM_CLUSTER_HOME"]))
     c.update(seed_profile=seed_profile, served_profile=served)
@@ -221,12 +223,9 @@ def cluster(ray_cluster, env, model, seed_profile, tmp_path_factory):
     # NOTE: the soak's ClusterView reads the state file from this process's environment.
     patch.setenv("SGLANG_ENGRAM_CLUSTER_HOME", env["SGLANG_ENGRAM_CLUSTER_HOME"])
     try:
-        wait_for(
-            lambda: any(x.startswith("ready: ") for x in lines) or up.poll() is not None,
-            STARTUP_S,
-            "up to report ready",
-        )
-        assert up.poll() is None, "".join(lines)
+        wait_ready(up, lines, STARTUP_S)
+        keys = c["home"] / name
+        c.update(key=read_key(keys / "client.key"), admin_key=read_key(keys / "admin.key"))
         yield c
     finally:
         patch.undo()
@@ -300,7 +299,7 @@ def _agreement(c: dict, n: int, max_new_tokens: int = 24):
     served: dict[int, list[int]] = {}
 
     def send(i: int) -> None:
-        served[i] = generate_ids(c["router"], prompts[i], max_new_tokens)
+        served[i] = generate_ids(c["router"], prompts[i], max_new_tokens, c["key"])
 
     for start in range(0, n, 4):
         threads = [
@@ -332,7 +331,7 @@ def test_requests_through_the_router_agree_with_the_full_model(cluster):
     assert served.corpus["served_rows"] > 0 and all(r.size for r in served.rows.values())
 
 
-def _send_long(router: str, results: list, i: int) -> None:
+def _send_long(router: str, key: str, results: list, i: int) -> None:
     body = {
         "input_ids": [random.randrange(8, 2000) for _ in range(random.randint(8, 32))],
         # NOTE: far more tokens than are generated before the kill.
@@ -340,7 +339,7 @@ def _send_long(router: str, results: list, i: int) -> None:
     }
     start = time.monotonic()
     try:
-        r = requests.post(f"{router}/generate", json=body, timeout=300)
+        r = requests.post(f"{router}/generate", json=body, headers=bearer(key), timeout=300)
         results[i] = (r.status_code, r.text[:300], time.monotonic() - start)
     except requests.RequestException as exc:
         results[i] = ("error", str(exc)[:300], time.monotonic() - start)
@@ -356,7 +355,8 @@ def test_a_decode_worker_killed_mid_run_is_restarted_and_serves_again(cluster):
 
     results: list = [None] * 4
     threads = [
-        threading.Thread(target=_send_long, args=(c["router"], results, i)) for i in range(4)
+        threading.Thread(target=_send_long, args=(c["router"], c["key"], results, i))
+        for i in range(4)
     ]
     [t.start() for t in threads]
     wait_for(lambda: _running_requests(decode["url"]) >= 4, 300, "the requests to be decoding")
@@ -382,9 +382,8 @@ def test_a_decode_worker_killed_mid_run_is_restarted_and_serves_again(cluster):
     assert decode["pid"] != server.pid and decode["exit_codes"] == [-signal.SIGKILL]
     assert decode["router"]["removals"] == 1 and decode["router"]["reregistrations"] == 1
     assert decode["router"]["worker_id"] != old_id
-    listed = {
-        w["url"]: w for w in requests.get(f"{c['router']}/workers", timeout=30).json()["workers"]
-    }
+    answer = requests.get(f"{c['router']}/workers", headers=bearer(c["admin_key"]), timeout=30)
+    listed = {w["url"]: w for w in answer.json()["workers"]}
     assert listed[decode["url"]]["worker_type"] == "decode"
     assert status["workers"][0]["restarts"] == 0  # the prefill worker went on running
     assert _seeded_rows(decode["url"]) > 0  # seeded from the profile again
@@ -416,9 +415,8 @@ def _faulted(c: dict, act, detect_s: float) -> str:  # noqa: ANN001
         c.setdefault("faults", []).extend(faults)
         return faults
 
-    run = under_load(
-        c["router"], c["view"], c["reference"].config.vocab_size, strike_all, STARTUP_S
-    )
+    vocab = c["reference"].config.vocab_size
+    run = under_load(c["router"], c["view"], vocab, strike_all, STARTUP_S, c["key"])
     figures = check(run, c["reference"], "both", detect_s=detect_s)
     print(figures)
     return figures
@@ -463,7 +461,7 @@ def test_both_workers_at_once_one_again_while_it_starts_then_prefix_cache_hits(c
     # The restarted prefill worker's prefix cache: a prompt, then the same prompt; the
     # second reuses the first's KV, and both answers are right.
     prompt = [t for p in random_prompts(c["reference"], 2, random.Random()) for t in p]
-    outcomes = [send(c["router"], prompt, 16, 60) for _ in range(2)]
+    outcomes = [send(c["router"], prompt, 16, 60, c["key"]) for _ in range(2)]
     assert all(o.ok for o in outcomes), outcomes
     # the radix cache held the whole prompt but its last token
     assert outcomes[1].cached_tokens == len(prompt) - 1 > outcomes[0].cached_tokens, outcomes

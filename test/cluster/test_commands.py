@@ -4,6 +4,8 @@ the plugin's --engram-* flags, and sglang-router's launcher in PD mode."""
 from __future__ import annotations
 
 import argparse
+import os
+import random
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,36 @@ def test_each_worker_writes_its_own_served_profile(tmp_path):
         "decode-0": "/nvme/served-decode-0.npz",
         "decode-1": "/nvme/served-decode-1.npz",
     }
+
+
+def test_the_keys_reach_worker_and_router_through_their_private_config(tmp_path):
+    """What `up` hands each process off its command line parses as its key flags: a
+    worker's with SGLang's own --config merge, the router's with router_main's."""
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+    from sglang_engram.args.flags import add_engram_args
+    from sglang_engram.cluster.keys import ClusterKeys
+    from sglang_engram.cluster.redaction import private_config
+    from sglang_engram.cluster.router_main import with_config
+    from sglang_router.launch_router import parse_router_args
+
+    keys = ClusterKeys(admin=f"adm-{random.random()}", client=f"cli-{random.random()}")
+    plan = build_plan(load_spec(EXAMPLE), [Node("10.1.2.3", 2)], router_host="h", log_dir="/l")
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    add_engram_args(parser)
+    worker = private_config("prefill-0", keys.worker_config)
+    router = private_config("router", keys.router_config)
+    try:
+        assert os.stat(worker).st_mode & 0o777 == 0o600
+        argv = [*plan.workers[0].command[3:], "--config", worker]
+        w = parser.parse_args(ConfigArgumentMerger(parser).merge_config_with_args(argv))
+        assert (w.api_key, w.admin_api_key) == (keys.client, keys.admin)
+        assert w.port == plan.workers[0].port  # the command line's flags stay
+        r = parse_router_args(with_config([*plan.router.command[3:], "--config", router]))
+        assert r.api_key == keys.client and r.prefill_urls == [(plan.workers[0].url, 8998)]
+        assert r.control_plane_api_keys == [("up", "launcher", keys.admin, "admin")]
+    finally:
+        os.unlink(worker)
+        os.unlink(router)
+    assert keys.client not in repr(keys) and keys.admin not in repr(keys)

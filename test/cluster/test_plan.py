@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from sglang_engram.cluster.assignment import Node, assign_nodes
+from sglang_engram.cluster.assignment import Demand, Node, assign_nodes
+from sglang_engram.cluster.node_loss import lost_workers, places
 from sglang_engram.cluster.plan import CPU_KV_TOKENS, build_plan
 from sglang_engram.cluster.ports import ephemeral_range
 from sglang_engram.cluster.spec import ClusterSpecError, parse_spec
@@ -66,14 +68,17 @@ def test_plan_json_on_the_example(tmp_path):
     assert r[i + 1 : i + 3] == [prefill["url"], "8998"]
     assert _after(r, "--decode") == decode["url"]
     assert _after(r, "--port") == str(plan["router"]["port"]) == "8000"
-    # The spec's timeouts: SGLang's in every worker's environment, the router's as flags.
+    # The spec's timeouts: SGLang's in every worker's environment, the router's as flags;
+    # and the node's address, which the worker binds and its KV transfer advertises.
     for w in (prefill, decode):
         assert w["env"] == {
+            "SGLANG_HOST_IP": w["host"],
             "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "30",
             "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "60",
             "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": "2",
             "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": "2",
         }
+        assert _after(w["command"], "--host") == w["host"]
     assert _after(r, "--health-check-interval-secs") == "10" and "--disable-circuit-breaker" in r
 
 
@@ -81,15 +86,24 @@ def test_plan_text_lists_every_process(tmp_path):
     out = _cli("plan", str(EXAMPLE), "--num-gpus", "2", "--log-dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.strip()}
-    assert rows["prefill-0"][1:2] + rows["prefill-0"][3:7] == [
+    # NAME ROLE HOST NODE GPUS PORT BOOTSTRAP ENGRAM; planned without Ray: no node id
+    assert rows["prefill-0"][1:2] + rows["prefill-0"][3:8] == [
         "prefill",
+        "-",
         "1",
         "30000",
         "8998",
         "hbm",
     ]
-    assert rows["decode-0"][1:2] + rows["decode-0"][3:7] == ["decode", "1", "30001", "-", "off"]
-    assert rows["router"][4] == "8000"
+    assert rows["decode-0"][1:2] + rows["decode-0"][3:8] == [
+        "decode",
+        "-",
+        "1",
+        "30001",
+        "-",
+        "off",
+    ]
+    assert rows["router"][5] == "8000"
     assert "prefill-0:" in out.stdout and "--disaggregation-mode prefill" in out.stdout
     assert "router: " in out.stdout and "--pd-disaggregation" in out.stdout
 
@@ -173,7 +187,7 @@ def test_a_worker_larger_than_any_node_is_refused():
     with pytest.raises(
         ClusterSpecError, match="worker p-0 needs 8 GPUs on one node, but the largest node has 4"
     ):
-        assign_nodes([("p-0", 8)], nodes)
+        assign_nodes([Demand("p-0", 8)], nodes)
 
 
 def test_ports_and_hosts_across_nodes():
@@ -226,9 +240,11 @@ def test_ports_in_the_ephemeral_range_are_warned_about(tmp_path):
 def test_shared_gpus_are_packed_as_ray_packs_them():
     # 3 x 0.6 GPU is 1.8 GPUs, but no two of them fit on one GPU: a 2-GPU node takes two.
     with pytest.raises(ClusterSpecError, match=r"worker c \(0.6 GPUs\) does not fit"):
-        assign_nodes([("a", 0.6), ("b", 0.6), ("c", 0.6)], [Node("10.0.0.1", 2)])
+        assign_nodes([Demand(n, 0.6) for n in "abc"], [Node("10.0.0.1", 2)])
     nodes = [Node("10.0.0.1", 1), Node("10.0.0.2", 1)]
-    got = assign_nodes([("a", 0.6), ("b", 0.4), ("c", 0.6), ("d", 0.4)], nodes)
+    got = assign_nodes(
+        [Demand(n, g) for n, g in zip("abcd", (0.6, 0.4, 0.6, 0.4), strict=True)], nodes
+    )
     assert {n: node.ip for n, node in got.items()} == {
         "a": "10.0.0.1",
         "b": "10.0.0.1",
@@ -241,12 +257,93 @@ def test_random_assignments_never_overcommit_a_node():
     rng = random.Random()
     for _ in range(200):
         nodes = [Node(f"10.0.0.{i}", rng.choice([1, 2, 4, 8])) for i in range(rng.randint(1, 4))]
-        demands = [(f"w{i}", rng.choice([0.25, 0.5, 1, 2, 4, 8])) for i in range(rng.randint(1, 8))]
+        demands = [
+            Demand(f"w{i}", rng.choice([0.25, 0.5, 1, 2, 4, 8])) for i in range(rng.randint(1, 8))
+        ]
         try:
             got = assign_nodes(demands, nodes)
         except ClusterSpecError as exc:
             assert "GPUs" in str(exc)
             continue
-        assert list(got) == [name for name, _ in demands]
+        assert list(got) == [d.name for d in demands]
         for node in nodes:
-            assert sum(g for name, g in demands if got[name] is node) <= node.gpus + 1e-9
+            assert sum(d.gpus for d in demands if got[d.name] is node) <= node.gpus + 1e-9
+
+
+def _pinned_spec(**decode_c: object) -> dict:
+    return {
+        "model": "/m",
+        "device": "cpu",
+        "transfer_backend": "mooncake_tcp",
+        "workers": [
+            {"role": "prefill", "node_labels": {"host": "a"}},
+            {"name": "decode-b", "role": "decode", "count": 2, "node_labels": {"host": "b"}},
+            {"name": "decode-c", "role": "decode", "node_resources": {"slot": 1}, **decode_c},
+            {"name": "free", "role": "decode", "count": 2},
+        ],
+    }
+
+
+# Two raylets on one address (10.0.0.2): two nodes, told apart by their ids.
+NODES = [
+    Node("10.0.0.1", 0, "a" * 56, {"host": "a"}),
+    Node("10.0.0.2", 0, "b1" * 28, {"host": "b"}),
+    Node("10.0.0.2", 0, "b2" * 28, {"host": "b"}, {"slot": 1.0}),
+]
+
+
+def test_pinned_groups_run_on_their_nodes_and_raylets_sharing_an_address_are_two():
+    plan = build_plan(parse_spec(_pinned_spec()), NODES, router_host="10.0.0.1", log_dir="/l")
+    where = {w.name: w.node_id[:2] for w in plan.workers}
+    # Pinned by label and by custom resource; the unpinned ones to the least loaded node.
+    assert where == {
+        "prefill-0": "aa",
+        "decode-b-0": "b1",
+        "decode-b-1": "b2",
+        "decode-c-0": "b2",
+        "free-0": "aa",
+        "free-1": "b1",
+    }
+    b0, b1 = plan.worker("decode-b-0"), plan.worker("decode-b-1")
+    assert b0.host == b1.host == "10.0.0.2" and b0.node_id != b1.node_id
+    text = plan.render()
+    assert re.search(r"^decode-b-1\s+decode\s+10\.0\.0\.2\s+b2b2b2b2\s", text, re.M), text
+    assert "  decode-b: labels host=b\n  decode-c: resources slot: 1\n" in text
+    # The same worker counts with GPUs: keyed by address, the second raylet's GPU was lost.
+    two = [Node("10.0.0.2", 1, "n1"), Node("10.0.0.2", 1, "n2")]
+    got = assign_nodes([Demand("p", 1), Demand("d", 1)], two)
+    assert {n: node.node_id for n, node in got.items()} == {"p": "n1", "d": "n2"}
+
+
+def test_a_pin_no_node_can_take_is_one_line():
+    with pytest.raises(ClusterSpecError) as full:
+        build_plan(parse_spec(_pinned_spec(count=2)), NODES, router_host="h", log_dir="/l")
+    assert str(full.value).startswith(
+        "worker decode-c-1 has no node: every node with its pins (resources slot: 1) is full "
+        "(nodes: 10.0.0.1 node aaaaaaaa (host=a); 10.0.0.2 node b1b1b1b1 (host=b); "
+    )
+    with pytest.raises(ClusterSpecError) as nowhere:
+        build_plan(parse_spec(_pinned_spec(node_labels={"host": "z"})), NODES, router_host="h")
+    assert "worker decode-c-0 has no node: it is pinned to labels host=z and resources " in str(
+        nowhere.value
+    )
+
+
+def test_workers_of_a_lost_node_are_placed_again_where_their_pins_allow():
+    plan = build_plan(parse_spec(_pinned_spec()), NODES, router_host="10.0.0.1", log_dir="/l")
+    current = {w.name: w for w in plan.workers}
+    live = [NODES[0], NODES[2]]  # b1's raylet is gone
+    lost = list(lost_workers(current, live, {}))
+    assert lost == ["decode-b-0", "free-1"]
+    # A worker whose supervising actor died (on a live node) is lost too.
+    died = {"free-0": {"state": "unreachable", "error": "killed", "actor_died": True}}
+    assert lost_workers(current, live, died)["free-0"] == ("its supervisor died (killed)", False)
+    running = {n: w for n, w in current.items() if n not in lost}
+    again = places(plan, lost, running, live)
+    # decode-b-0 may only go to the other host=b node; free-1 to the least loaded one.
+    assert {n: w.node_id[:2] for n, w in again.items()} == {"decode-b-0": "b2", "free-1": "aa"}
+    w, old = again["free-1"], current["free-1"]
+    assert (w.port, w.log, w.host) == (old.port, old.log, "10.0.0.1")
+    assert w.env["SGLANG_HOST_IP"] == w.command[w.command.index("--host") + 1] == "10.0.0.1"
+    # With no host=b node at all, decode-b-0 waits (asked again at the next poll).
+    assert list(places(plan, ["decode-b-0"], running, [NODES[0]])) == []

@@ -87,6 +87,18 @@ def test_each_commented_decode_variant_of_the_example_is_a_valid_group():
     assert "--engram-profile-out" in flags
 
 
+def test_hosts_example_pins_each_group_to_its_host():
+    spec = load_spec(EXAMPLES / "pd-cluster-hosts.yaml")
+    assert spec.device == "cpu" and spec.transfer_backend == "mooncake_tcp"
+    pins = {g.name: (g.engram_offload, g.pins) for g in spec.workers}
+    assert pins == {
+        "prefill": ("hbm", "labels host=a"),
+        "decode-b": ("dram", "labels host=b"),
+        "decode-c": ("off", "resources host-c: 1"),
+    }
+    assert spec.warnings == []
+
+
 def test_cpu_example_is_prefill_dram_and_decode_off_without_gpus(monkeypatch):
     monkeypatch.chdir(EXAMPLES.parent)  # the example's model path is relative to the repo
     spec = load_spec(EXAMPLES / "pd-cluster-cpu.yaml")
@@ -292,6 +304,24 @@ def test_extra_args_may_not_set_launcher_flags():
     assert msg.startswith("spec: router.extra_args: sets --decode")
     spec = parse_spec(_group(0, extra_args=["--mem-fraction-static", 0.5]))
     assert spec.workers[0].extra_args == ("--mem-fraction-static", "0.5")
+
+
+def test_keys_are_the_launchers_and_pins_name_custom_resources(tmp_path, monkeypatch):
+    for flag in ("--api-key", "--admin-api-key", "--config"):
+        assert f"sets {flag}, which the launcher" in _error(_group(0, extra_args=[flag, "k"]))
+    assert "sets --api-key" in _error(_spec(router={"extra_args": ["--api-key=k"]}))
+    msg = _error(_group(1, node_resources={"GPU": 1}))
+    assert msg == "spec: workers[1].node_resources: GPU is Ray's own resource; pin by a custom one"
+    assert "host-b: 0 must be above 0" in _error(_group(1, node_resources={"host-b": 0}))
+    assert "node_labels.host: Input should be a valid string" in _error(
+        _group(1, node_labels={"host": 2})
+    )
+    spec = parse_spec(_group(1, node_labels={"host": "b"}, node_resources={"host-b": 1}))
+    assert spec.workers[1].pins == "labels host=b and resources host-b: 1"
+    assert spec.workers[0].pins == "" and spec.router.api_key_file is None
+    monkeypatch.chdir(tmp_path)  # the clients' key file: made absolute where `up` runs
+    spec = parse_spec(_spec(router={"api_key_file": "keys/clients"}))
+    assert spec.router.api_key_file == str(tmp_path / "keys" / "clients")
 
 
 def test_overlapping_ports_are_refused():

@@ -95,7 +95,8 @@ def test_status_shows_a_failed_worker_and_its_error(tmp_path, monkeypatch):
     }
     state = _state(name, "running")
     workers = [
-        {"name": n, "engram_offload": o, "port": p, "bootstrap_port": None}
+        {"name": n, "role": n[:-2], "engram_offload": o, "port": p, "bootstrap_port": None}
+        | {"host": "10.0.0.1", "node_id": "ab" * 28}
         for n, o, p in (("prefill-0", "hbm", 30000), ("decode-0", "off", 30001))
     ]
     state.update(

@@ -419,3 +419,44 @@ sglang:num_running_reqs{{model_name="m"}} 3.0
     )
     assert summarize(parse_engram_gauges(one)) == "table_bytes{tier=hbm}=3.0GiB"
     assert parse_engram_gauges("") == [] and summarize([]) == "no engram metrics"
+
+
+# Reads its key from the --config file it is given (as SGLang does), prints it (as SGLang
+# logs its whole configuration), then serves /health.
+KEYED = """
+import http.server, sys
+config = sys.argv[sys.argv.index("--config") + 1]
+print("config", config, "api_key=" + open(config).read().split(": ")[1].strip(), flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_secrets_reach_the_process_in_a_private_config_and_never_its_log(tmp_path):
+    port, key = _free_port(), f"secret-{random.getrandbits(64):x}"
+    command = ProcessCommand(
+        name="keyed",
+        argv=(sys.executable, "-c", KEYED, str(port)),
+        log_path=str(tmp_path / "keyed.log"),
+        health_url=f"http://127.0.0.1:{port}/health",
+        restart=RestartPolicy(max_restarts=1, backoff_s=0.2),
+        private_config={"api-key": key},
+        secrets=(key,),
+    )
+    sup = ProcessSupervisor(command)
+    sup.start()
+    _until(lambda: sup.state == "running")
+    pid = sup.snapshot()["pid"]
+    argv = psutil.Process(pid).cmdline()
+    config = Path(argv[argv.index("--config") + 1])
+    _until(lambda: not config.exists())  # removed once the process has answered
+    psutil.Process(pid).kill()  # a restart gets a config of its own
+    _until(lambda: sup.snapshot()["restarts"] == 1 and sup.state == "running")
+    sup.stop()
+    log = Path(command.log_path).read_text()
+    assert log.count("api_key=<redacted>") == 2 and key not in log, log
+    assert key not in repr(command) and "--config" in log  # the file's path, not its content
+    assert not list(Path(config.parent).glob("sglang-engram-keyed-*"))

@@ -9,6 +9,7 @@ import socket
 import string
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,16 +45,34 @@ def cluster_env(home: Path) -> dict[str, str]:
     return env
 
 
-def start_up(spec: Path, home: Path, *args: str) -> subprocess.Popen:
+def start_up(
+    spec: Path, home: Path, *args: str, host: Any = None, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """``cluster up SPEC`` in the background (output piped, text), with its state under
-    ``home`` and a local Ray unless ``args`` give ``--address``."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "sglang_engram.cluster", "up", str(spec), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=cluster_env(home),
+    ``home`` and a local Ray unless ``args`` give ``--address``; in ``host`` (a
+    ``netns_hosts.Host``) if given, with ``env`` on top of the commands' environment."""
+    argv = [sys.executable, "-m", "sglang_engram.cluster", "up", str(spec), *args]
+    popen = subprocess.Popen if host is None else host.popen
+    kw = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return popen(argv, **kw, env={**cluster_env(home), **(env or {})})
+
+
+def follow(up: subprocess.Popen) -> tuple[list[str], threading.Thread]:
+    """``up``'s output lines as they come (the list grows), and the thread reading them."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(up.stdout), daemon=True)
+    reader.start()
+    return lines, reader
+
+
+def wait_ready(up: subprocess.Popen, lines: list[str], timeout_s: float) -> None:
+    """Until ``up`` says ready; it must still run."""
+    wait_for(
+        lambda: any(x.startswith("ready: ") for x in lines) or up.poll() is not None,
+        timeout_s,
+        "up to report ready",
     )
+    assert up.poll() is None, "".join(lines)
 
 
 def free_block(n: int) -> int:

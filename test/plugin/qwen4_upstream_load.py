@@ -7,17 +7,12 @@ loaded as JSON. Run as a script in a fresh interpreter with ``SGLANG_USE_CPU_ENG
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import warnings
 
 import torch
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from test.plugin.upstream_load import one_rank
 
 
 def load(model_dir: str) -> dict[str, object]:
@@ -25,30 +20,9 @@ def load(model_dir: str) -> dict[str, object]:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
-    from sglang.srt.configs.load_config import LoadConfig
-    from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.configs.update_config import adjust_config_with_unaligned_cpu_tp
-    from sglang.srt.distributed.parallel_state import (
-        init_distributed_environment,
-        initialize_model_parallel,
-    )
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
     from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
-    from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
-    from sglang.srt.server_args import ServerArgs
 
-    args = ServerArgs(model_path=model_dir, device="cpu")
-    context = create_context(args, role="scheduler", ranks=SpawnRanks(0, None, 0))
-    with use_context(context):
-        config = adjust_config_with_unaligned_cpu_tp(
-            ModelConfig.from_server_args(args), LoadConfig(), 1
-        )
-        init_distributed_environment(
-            world_size=1, rank=0, local_rank=0, backend="gloo",
-            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
-        )  # fmt: skip
-        initialize_model_parallel()
-        initialize_dp_attention(server_args=args)
+    with one_rank(model_dir) as config:
         from sglang.srt.models.qwen4_exp import (
             Qwen4ExpForConditionalGeneration,
             Qwen4ExpNGramEmbedding,

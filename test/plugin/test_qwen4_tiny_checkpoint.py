@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,25 +16,11 @@ from engram_testing.qwen4_tiny_checkpoint import write_tiny_checkpoint
 from engram_testing.qwen4_tiny_options import TinyQwen4Options
 from safetensors import safe_open
 
-ROOT = Path(__file__).resolve().parents[2]
+from test.plugin.upstream_load import run_script, script_env
+
 CLI = [sys.executable, "-m", "engram_testing.qwen4_tiny_checkpoint"]
 # what upstream's model derives rather than loads: Gemma norms' (1 + weight), RoPE tables
 DERIVED = ("k_norm.gemma_weight", "q_norm.gemma_weight", "rotary_emb.cos_sin_cache")
-
-
-def _env() -> dict[str, str]:
-    path = os.pathsep.join([str(ROOT), str(ROOT / "python"), str(ROOT / "sgl-kernel")])
-    return {**os.environ, "PYTHONPATH": path, "SGLANG_USE_CPU_ENGINE": "1"}
-
-
-def _upstream_load(model: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "test.plugin.qwen4_upstream_load", str(model)],
-        env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
 
 
 @pytest.mark.slow
@@ -44,7 +28,7 @@ def _upstream_load(model: Path) -> dict:
 def test_upstream_loads_every_tensor_and_the_tables_row_for_row(tmp_path, ple_dtype):
     seed = random.randrange(1 << 30)
     model = write_tiny_checkpoint(tmp_path / "m", ple_dtype=ple_dtype, seed=seed)
-    got = _upstream_load(model)
+    got = run_script("test.plugin.qwen4_upstream_load", model)
     assert got["unexpected"] == []
     unloaded = [n for n in got["not_loaded"] if not n.endswith(DERIVED)]
     if ple_dtype == "bf16":  # a bf16 table has no scale; upstream keeps its 1.0
@@ -110,7 +94,7 @@ def test_same_seed_same_bytes_other_seed_other_weights(tmp_path):
 def test_cli_writes_a_checkpoint_and_refuses_bad_input_in_one_line(tmp_path):
     out = subprocess.run(
         [*CLI, "--out", str(tmp_path / "m"), "--ple-dtype", "bf16", "--seed", "3"],
-        env=_env(), capture_output=True, text=True, timeout=300,
+        env=script_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "m" / "config.json").is_file() and "bf16" in out.stdout
@@ -120,7 +104,9 @@ def test_cli_writes_a_checkpoint_and_refuses_bad_input_in_one_line(tmp_path):
         (["--out", str(tmp_path / "file")], "is a file"),
         (["--out", str(tmp_path / "m3"), "--seed", "-1"], "must be"),
     ):
-        bad = subprocess.run([*CLI, *args], env=_env(), capture_output=True, text=True, timeout=300)
+        bad = subprocess.run(
+            [*CLI, *args], env=script_env(), capture_output=True, text=True, timeout=300
+        )
         assert bad.returncode == 2 and words in bad.stderr, bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
 

@@ -32,6 +32,14 @@ from test.serving.request_kinds import KINDS, REFUSED, SERVED, Kind, Model, Requ
 CHECK_EVERY = 50
 # NOTE: the CI share; ENGRAM_FUZZ_REQUESTS (benchmark/fuzz_requests.sh) asks for more
 REQUESTS = int(os.environ.get("ENGRAM_FUZZ_REQUESTS", "150"))
+
+
+def ci_share(n: int) -> int:
+    """``n`` requests in CI (a target whose every request costs more than most), the
+    long run's count where ``ENGRAM_FUZZ_REQUESTS`` asks for one."""
+    return REQUESTS if "ENGRAM_FUZZ_REQUESTS" in os.environ else n
+
+
 SEED = int(os.environ.get("ENGRAM_FUZZ_SEED", "20261204"))
 GOOD_NEW_TOKENS = 8
 
@@ -292,14 +300,21 @@ def walk_away(target: Target, streams: int, aborts: int, freed_within_s: float =
 
 
 def target_of(
-    name: str, url: str, workers: tuple[str, ...], vocab: int, prompt: list[int]
+    name: str,
+    url: str,
+    workers: tuple[str, ...],
+    vocab: int,
+    prompt: list[int],
+    chat_marks_roles: bool = False,
 ) -> Target:
     """A target whose limits are read from its workers (``url`` not among them: a PD
     router)."""
     info = requests.get(f"{workers[0]}/v1/models", timeout=30).json()
     context_len = int(info["data"][0]["max_model_len"])
     longest = [longest_prompt(w) for w in workers]
-    model = Model(vocab, context_len, min(longest), max(longest), pd_router=url not in workers)
+    model = Model(
+        vocab, context_len, min(longest), max(longest), url not in workers, chat_marks_roles
+    )
     return Target(name, url, workers, model, tuple(prompt))
 
 

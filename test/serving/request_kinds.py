@@ -30,6 +30,9 @@ class Model:
     # bootstrap timeout, 300 s (sglang_engram.cluster.prompt_limits).
     refused_prompt: int
     pd_router: bool = False  # requests go through sglang-router to a prefill/decode pair
+    # NOTE: the chat encoder puts special tokens around every message (SGLang's own for
+    # DeepSeek-V4.1), so an empty message still makes a prompt
+    chat_marks_roles: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,12 @@ def single_sample(m: Model) -> str:
 def router_drops(m: Model) -> str:
     """A field the servers refuse but sglang-router's typed /generate request drops."""
     return EITHER if m.pd_router else REFUSED
+
+
+def empty_chat(m: Model) -> str:
+    """An empty message: an empty prompt (refused) unless the server's encoder marks the
+    roles; sglang-router refuses it before any worker sees it."""
+    return SERVED if m.chat_marks_roles and not m.pd_router else REFUSED
 
 
 def router_refuses(m: Model) -> str:
@@ -629,7 +638,7 @@ def _kinds() -> list[Kind]:
         # NOTE: served where the model has a chat template, refused (400) where not
         Kind("chat_message", EITHER, CHAT, lambda m: chat(user(st.text(min_size=1, max_size=40)))),
         # NOTE: an empty prompt where a template renders it as given, no template otherwise
-        Kind("chat_empty_content", REFUSED, CHAT, lambda m: chat(user(j("")))),
+        Kind("chat_empty_content", empty_chat, CHAT, lambda m: chat(user(j("")))),
         Kind(
             "chat_bad_response_format",
             REFUSED,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
+from sglang_engram.cluster.keys import bearer
 
 CONNECT_TIMEOUT_S = 5.0
 FAILURE_BACKOFF_S = 1.0
@@ -47,8 +48,10 @@ class Outcome:
         return self.sent + self.waited_s
 
 
-def send(url: str, prompt: list[int], max_new_tokens: int, timeout_s: float) -> Outcome:
-    """One streaming greedy request to ``url``/generate."""
+def send(
+    url: str, prompt: list[int], max_new_tokens: int, timeout_s: float, key: str | None = None
+) -> Outcome:
+    """One streaming greedy request to ``url``/generate (with the client ``key``)."""
     body = {
         "input_ids": prompt,
         "stream": True,
@@ -64,7 +67,11 @@ def send(url: str, prompt: list[int], max_new_tokens: int, timeout_s: float) -> 
     done, cause, detail = False, None, ""
     try:
         with requests.post(
-            f"{url}/generate", json=body, stream=True, timeout=(CONNECT_TIMEOUT_S, timeout_s)
+            f"{url}/generate",
+            json=body,
+            headers=bearer(key),
+            stream=True,
+            timeout=(CONNECT_TIMEOUT_S, timeout_s),
         ) as r:
             first = time.monotonic() - start
             if r.status_code != 200:
@@ -184,6 +191,7 @@ class LoadDriver:
     concurrency: int
     timeout_s: float
     seed: int
+    key: str | None = None  # the client key the requests send
     outcomes: list[Outcome] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -213,7 +221,7 @@ class LoadDriver:
         rng = random.Random(self.seed * 1000 + i)
         while not self._stop.is_set():
             prompt, new = self.workload.draw(rng)
-            outcome = send(self.url, prompt, new, self.timeout_s)
+            outcome = send(self.url, prompt, new, self.timeout_s, self.key)
             with self._lock:
                 self.outcomes.append(outcome)
             if not outcome.ok:

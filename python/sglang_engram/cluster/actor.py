@@ -15,6 +15,7 @@ from typing import Any
 import ray
 
 from sglang_engram.cluster.engram_gauges import fetch_engram_gauges
+from sglang_engram.cluster.keys import ClusterKeys
 from sglang_engram.cluster.registration import RouterRegistrar
 from sglang_engram.cluster.supervisor import ProcessCommand, ProcessSupervisor
 
@@ -27,15 +28,20 @@ class ServerActor:
         role: str,
         port: int,
         bootstrap_port: int | None = None,
+        keys: ClusterKeys | None = None,
     ) -> None:
         self.role = role
         self.host = ray.util.get_node_ip_address()
+        self.node_id = ray.get_runtime_context().get_node_id()
         self.url = f"http://{self.host}:{port}"
         self.gpu_ids = [str(i) for i in ray.get_gpu_ids()]
         self.supervisor = ProcessSupervisor(command)
         self.registrar = None
         if role != "router":
-            self.registrar = RouterRegistrar(self.url, role, bootstrap_port, self._worker_state)
+            admin, client = (keys.admin, keys.client) if keys else (None, None)
+            self.registrar = RouterRegistrar(
+                self.url, role, bootstrap_port, self._worker_state, admin_key=admin, api_key=client
+            )
 
     def _worker_state(self) -> tuple[bool, int]:
         # NOTE: a worker stays registered while its process lives (once it has answered
@@ -55,6 +61,7 @@ class ServerActor:
         status.update(
             role=self.role,
             host=self.host,
+            node_id=self.node_id,
             url=self.url,
             gpu_ids=self.gpu_ids,
             supervisor_pid=os.getpid(),

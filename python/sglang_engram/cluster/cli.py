@@ -90,16 +90,18 @@ def _plan(args: argparse.Namespace) -> int:
     from sglang_engram.cluster.ray_session import connect
 
     spec = load_spec(args.spec)
+    # NOTE: the router runs where `up` runs: here, at this host's node's address (asked
+    # while connected: Ray's own guess needs a route to the internet).
     if args.address:
         try:
             connect(args.address, spec.namespace)
             nodes = ray_nodes(spec.device)
+            router_host = ray.util.get_node_ip_address()
         finally:
             ray.shutdown()
     else:
         nodes = [local_node(args.num_gpus, spec.device)]
-    # NOTE: the router runs where `up` runs: here.
-    router_host = ray.util.get_node_ip_address()
+        router_host = nodes[0].ip
     plan = build_plan(spec, nodes, router_host=router_host, log_dir=args.log_dir)
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.render())
     return 0

@@ -14,11 +14,14 @@ from collections.abc import Mapping
 
 import requests
 
+from sglang_engram.cluster.keys import bearer
 
-def longest_prompt(url: str) -> int | None:
-    """Prompts of fewer tokens than this fit the server at ``url`` (None: unknown)."""
+
+def longest_prompt(url: str, key: str | None = None) -> int | None:
+    """Prompts of fewer tokens than this fit the server at ``url``, asked with ``key``
+    (None: unknown)."""
     try:
-        info = requests.get(f"{url}/server_info", timeout=10).json()
+        info = requests.get(f"{url}/server_info", headers=bearer(key), timeout=10).json()
         return int(info["max_req_input_len"])
     except (requests.RequestException, ValueError, KeyError, TypeError):
         return None

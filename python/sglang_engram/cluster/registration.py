@@ -10,6 +10,8 @@ router lists, so it also repairs the registration after the router itself restar
 The router's API (sglang-router 0.3.2): ``GET /workers`` lists the workers (id, url,
 worker_type, is_healthy, bootstrap_port); ``POST /workers`` queues a registration and
 ``DELETE /workers/{id}`` a removal (both answer 202 and finish in the background).
+Each call sends the cluster's admin key (the router's control plane, ``keys``); a worker
+is registered with the clients' key, which the router's own calls to it send.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 import requests
 
+from sglang_engram.cluster.keys import bearer
+
 # A queued add/remove that the router has not applied after this long is sent again.
 _PENDING_S = 30.0
 
@@ -29,9 +33,10 @@ class RouterError(RuntimeError):
     """The router did not answer, or answered with an error."""
 
 
-def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+def call(method: str, url: str, key: str | None, body: dict[str, Any] | None = None) -> Any:
+    """A call to the router's control plane with ``key``; its JSON answer."""
     try:
-        resp = requests.request(method, url, json=body, timeout=5)
+        resp = requests.request(method, url, json=body, headers=bearer(key), timeout=5)
         resp.raise_for_status()
     except requests.HTTPError as exc:
         raise RouterError(
@@ -42,8 +47,16 @@ def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
     return resp.json() if resp.content else None
 
 
-def list_workers(router_url: str) -> list[dict[str, Any]]:
-    return list(_call("GET", f"{router_url}/workers").get("workers", []))
+def list_workers(router_url: str, key: str | None) -> list[dict[str, Any]]:
+    return list(call("GET", f"{router_url}/workers", key).get("workers", []))
+
+
+def remove_worker(router_url: str, url: str, key: str | None) -> bool:
+    """Ask the router to remove the worker at ``url``; whether it listed one."""
+    listed = [w for w in list_workers(router_url, key) if w.get("url", "").rstrip("/") == url]
+    for entry in listed:
+        call("DELETE", f"{router_url}/workers/{entry['id']}", key)
+    return bool(listed)
 
 
 # () -> (should be registered: alive and healthy, incarnation: restarts so far)
@@ -51,10 +64,22 @@ WorkerState = Callable[[], tuple[bool, int]]
 
 
 class RouterRegistrar:
-    def __init__(self, url: str, role: str, bootstrap_port: int | None, worker_state: WorkerState):
+    def __init__(
+        self,
+        url: str,
+        role: str,
+        bootstrap_port: int | None,
+        worker_state: WorkerState,
+        *,
+        admin_key: str | None = None,
+        api_key: str | None = None,
+    ):
         self._body: dict[str, Any] = {"url": url, "worker_type": role}
         if bootstrap_port is not None:
             self._body["bootstrap_port"] = bootstrap_port
+        if api_key is not None:
+            self._body["api_key"] = api_key
+        self._key = admin_key
         self._worker_state = worker_state
         self._router_url: str | None = None
         self._stop = threading.Event()
@@ -97,7 +122,7 @@ class RouterRegistrar:
         assert self._router_url is not None
         want, incarnation = self._worker_state()
         url = self._body["url"].rstrip("/")
-        listed = list_workers(self._router_url)
+        listed = list_workers(self._router_url, self._key)
         entry = next((w for w in listed if w.get("url", "").rstrip("/") == url), None)
         pending, counts = self._pending, self._snapshot
         if pending is not None:
@@ -106,12 +131,12 @@ class RouterRegistrar:
                 pending = None
         stale = entry is not None and incarnation != self._incarnation
         if pending is None and entry is not None and (stale or not want):
-            _call("DELETE", f"{self._router_url}/workers/{entry['id']}")
+            call("DELETE", f"{self._router_url}/workers/{entry['id']}", self._key)
             pending = ("remove", time.monotonic())
             with self._lock:
                 counts["removals"] += 1
         elif pending is None and entry is None and want:
-            _call("POST", f"{self._router_url}/workers", self._body)
+            call("POST", f"{self._router_url}/workers", self._key, self._body)
             pending = ("add", time.monotonic())
             self._incarnation = incarnation
             with self._lock:

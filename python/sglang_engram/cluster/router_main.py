@@ -6,12 +6,19 @@ debugging balancer (``mini_lb``), which imports SGLang, torch and transformers: 
 CPU before the router starts, 40 s on a loaded 2-core machine. A restarted router is
 the cluster's whole front door, so this skips that import; `plan` runs it for every
 router the cluster starts.
+
+``--config FILE`` (YAML: flag names without dashes, to values or lists of values) gives
+it flags kept off its command line, as SGLang's own ``--config`` does: the cluster's
+keys; the command line's flags win.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+import yaml
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,12 +28,22 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m sglang_engram.cluster.router_main")
     RouterArgs.add_cli_args(parser, use_router_prefix=False)
-    args = RouterArgs.from_cli_args(
-        parser.parse_args(sys.argv[1:] if argv is None else argv), use_router_prefix=False
-    )
+    argv = with_config(sys.argv[1:] if argv is None else argv)
+    args = RouterArgs.from_cli_args(parser.parse_args(argv), use_router_prefix=False)
     setproctitle.setproctitle("sglang::router")
     args._validate_router_args()
     Router.from_args(args).start()
+
+
+def with_config(argv: list[str]) -> list[str]:
+    """``argv`` with its ``--config FILE`` replaced by the file's flags, put first."""
+    if "--config" not in argv:
+        return argv
+    i = argv.index("--config")
+    flags: list[str] = []
+    for key, value in (yaml.safe_load(Path(argv[i + 1]).read_text()) or {}).items():
+        flags += [f"--{key}", *map(str, value if isinstance(value, list) else [value])]
+    return [*flags, *argv[:i], *argv[i + 2 :]]
 
 
 if __name__ == "__main__":

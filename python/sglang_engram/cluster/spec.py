@@ -31,12 +31,16 @@ MANAGED_WORKER_FLAGS = (
     "--device",
     *("--disaggregation-mode", "--disaggregation-transfer-backend"),
     *("--disaggregation-bootstrap-port", *ENGRAM_FLAGS),
+    *("--api-key", "--admin-api-key", "--config"),  # the cluster's keys (keys.py)
 )
 MANAGED_ROUTER_FLAGS = (
     *("--host", "--port", "--pd-disaggregation", "--prefill", "--decode"),
     *("--worker-urls", "--policy", "--prometheus-port", "--health-check-interval-secs"),
     "--disable-circuit-breaker",
+    *("--api-key", "--control-plane-api-keys", "--config"),
 )
+# Ray's own resources; a pin names custom ones (`ray start --resources`).
+RAY_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 
 
 class ClusterError(Exception):
@@ -68,12 +72,20 @@ class RouterSpec(StrictModel):
     # then answers "No available prefill workers") and keeps it open for its timeout
     # (60 s) after the decode worker is back. The supervisor deregisters a dead worker.
     circuit_breaker: bool = False
+    # The key clients send (`Authorization: Bearer KEY`): this file's first line; without
+    # it, `up` makes the cluster a client key of its own (keys.py).
+    api_key_file: str | None = None
     extra_args: tuple[str, ...] = ()
 
     @field_validator("extra_args", mode="before")
     @classmethod
     def check_extra_args(cls, raw: Any) -> tuple[str, ...]:
         return _extra_args(raw, MANAGED_ROUTER_FLAGS)
+
+    @field_validator("api_key_file")
+    @classmethod
+    def absolute_key_file(cls, path: str | None) -> str | None:
+        return None if path is None else str(Path(path).expanduser().resolve())
 
 
 class WorkerGroup(StrictModel):
@@ -94,12 +106,27 @@ class WorkerGroup(StrictModel):
     # NOTE: each worker writes its own served profile: WORKER_FIELD in the path becomes
     # the worker's name (build_plan), needed when the group has more than one worker.
     engram_profile_out: str | None = None
+    # Pins: the group's workers run only on Ray nodes with every one of these labels
+    # (`ray start --labels k=v`) and these custom resources (`ray start --resources`),
+    # of which each worker takes the amount given.
+    node_labels: dict[str, str] = {}
+    node_resources: dict[str, float] = {}
     extra_args: tuple[str, ...] = ()
 
     @field_validator("extra_args", mode="before")
     @classmethod
     def check_extra_args(cls, raw: Any) -> tuple[str, ...]:
         return _extra_args(raw, MANAGED_WORKER_FLAGS)
+
+    @field_validator("node_resources")
+    @classmethod
+    def check_node_resources(cls, resources: dict[str, float]) -> dict[str, float]:
+        for name, amount in resources.items():
+            if name in RAY_RESOURCES:
+                raise ValueError(f"{name} is Ray's own resource; pin by a custom one")
+            if amount <= 0:
+                raise ValueError(f"{name}: {amount:g} must be above 0")
+        return resources
 
     @model_validator(mode="before")
     @classmethod
@@ -139,6 +166,17 @@ class WorkerGroup(StrictModel):
                 f"file; put {WORKER_FIELD} in the path (it becomes each worker's name)"
             )
         return self
+
+    @property
+    def pins(self) -> str:
+        """The pins in words ("" when unpinned)."""
+        labels = [f"{k}={v}" for k, v in self.node_labels.items()]
+        resources = [f"{k}: {v:g}" for k, v in self.node_resources.items()]
+        return " and ".join(
+            f"{what} {', '.join(items)}"
+            for what, items in (("labels", labels), ("resources", resources))
+            if items
+        )
 
     @property
     def worker_names(self) -> list[str]:

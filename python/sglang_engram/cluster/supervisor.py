@@ -12,6 +12,10 @@ watched for in its log until it first answers (SGLang, its HTTP port taken, does
 exit). The process runs in a session of its own so that its children (SGLang's
 scheduler and detokenizer) are stopped with it, and (on Linux) is killed by the kernel
 if the supervising process dies without stopping it.
+
+Secrets (the cluster's keys) stay out of its command line and its log (``redaction``):
+it reads them from a private ``--config`` file made for each start and removed once it
+has answered its health check (it has read its config by then) or has ended.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import psutil
 
 from sglang_engram.cluster import ports, shm_files
 from sglang_engram.cluster.recovery import RestartPolicy
+from sglang_engram.cluster.redaction import copy_redacted, private_config
 from sglang_engram.server_process import group_members, probe, stop_group
 
 PROBE_EVERY_S = 1.0  # how often health is asked
@@ -59,6 +64,9 @@ class ProcessCommand:
     env: dict[str, str] = field(default_factory=dict)  # on top of the actor's environment
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     stop_grace_s: float = 15.0
+    # Flags read from the private --config file, and what its log must never show.
+    private_config: dict[str, Any] = field(default_factory=dict, repr=False)
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 class ProcessSupervisor:
@@ -77,6 +85,8 @@ class ProcessSupervisor:
         self._killed_pids: list[int] = []
         self._error: str | None = None
         self._shm: set[str] = set()  # /dev/shm files the current incarnation held
+        self._config: str | None = None  # the current incarnation's private config file
+        self._copier: threading.Thread | None = None  # its output to its log, redacted
 
     def start(self) -> None:
         self.state = "starting"
@@ -135,10 +145,10 @@ class ProcessSupervisor:
                 return
             code = self._watch(proc, log)
             if code is None:  # stop requested; the tree is already down
-                self._remove_shm()
+                self._ended()
                 return
             stop_group(proc, 5.0)  # what it left behind (children without a death signal)
-            self._remove_shm()
+            self._ended()
             if isinstance(code, _PortTaken):
                 self._fail(f"port {code.port} was taken while it started, {code.by}")
                 return
@@ -179,23 +189,46 @@ class ProcessSupervisor:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         Path(self.command.log_path).parent.mkdir(parents=True, exist_ok=True)
+        argv = list(self.command.argv)
+        if self.command.private_config:
+            self._config = private_config(self.command.name, self.command.private_config)
+            argv += ["--config", self._config]
         self._log(
-            f"start: {shlex.join([*(f'{k}={v}' for k, v in self.command.env.items()), *self.command.argv])}"
+            f"start: {shlex.join([*(f'{k}={v}' for k, v in self.command.env.items()), *argv])}"
         )
+        secrets = self.command.secrets
         with open(self.command.log_path, "ab") as log:
             proc = subprocess.Popen(
-                list(self.command.argv),
+                argv,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=subprocess.PIPE if secrets else log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.command.env},
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
+        if secrets:
+            assert proc.stdout is not None
+            args = (proc.stdout, self.command.log_path, secrets)
+            self._copier = threading.Thread(target=copy_redacted, args=args, daemon=True)
+            self._copier.start()
         with self._lock:
             self._proc = proc
             self._started_at = time.time()
         return proc
+
+    def _drop_config(self) -> None:
+        if self._config is not None:
+            Path(self._config).unlink(missing_ok=True)
+            self._config = None
+
+    def _ended(self) -> None:
+        """After an incarnation's group has ended: its config, its last output, its /dev/shm."""
+        self._drop_config()
+        if self._copier is not None:
+            self._copier.join(5.0)  # NOTE: its output ends when its group has
+            self._copier = None
+        self._remove_shm()
 
     def _watch(
         self, proc: subprocess.Popen[bytes], log: ports.BindWatch
@@ -221,6 +254,8 @@ class ProcessSupervisor:
             if healthy and now >= next_shm_look:
                 self._shm |= shm_files.held(proc.pid)
                 next_shm_look = now + SHM_LOOK_S
+            if healthy:
+                self._drop_config()
             with self._lock:
                 if healthy and self.state in ("starting", "unhealthy"):
                     self.state = "running"

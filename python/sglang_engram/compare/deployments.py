@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import yaml
 
+from sglang_engram.cluster.keys import bearer, read_key
 from sglang_engram.compare.spec import ConfigSpec, SweepSpec
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
 from sglang_engram.server_process import probe, stop_group
@@ -50,6 +51,7 @@ class Target:
     sku: str | None = None  # stated by a url config; else detected
     hosts: int = 1  # machines the servers run on (what a CPU point's throughput is per)
     local: bool = True  # the servers run on this host (its CPU cores are theirs)
+    key: str | None = None  # what the benchmark sends (a cluster's client key)
 
 
 class Deployment:
@@ -87,7 +89,8 @@ class Deployment:
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
             )
 
-    def _wait_ready(self, url: str, timeout_s: float) -> None:
+    def _wait_ready(self, url: str, timeout_s: float, key_file: Path | None = None) -> None:
+        """Until ``url`` answers (asked with the key in ``key_file`` once it exists)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
@@ -96,7 +99,8 @@ class Deployment:
                     f"config {self.config.name} could not start: its process exited "
                     f"before {url} was ready ({_last_line(self.log)}; log: {self.log})"
                 )
-            if probe(url, timeout_s=5):
+            key = read_key(key_file) if key_file is not None and key_file.exists() else None
+            if (key_file is None or key) and probe(url, timeout_s=5, headers=bearer(key)):
                 return
             time.sleep(1)
         self.stop()
@@ -150,13 +154,17 @@ class ClusterDeployment(Deployment):
         workers = plan["workers"]
         self._spawn([*CLUSTER, "up", str(spec_file)])
         router = plan["router"]["url"].rstrip("/")
-        self._wait_ready(router + "/v1/models", 3600.0)
+        key_file = Path(plan["client_key_file"])  # NOTE: `up` makes it before any worker
+        self._wait_ready(router + "/v1/models", 3600.0, key_file)
         roles = dict.fromkeys(f"{w['role']}:{w['engram_offload']}" for w in workers)
         gpus = sum(int(w["gpus"]) for w in workers)
         metrics = tuple(w["url"].rstrip("/") for w in workers)
         hosts = {w["host"] for w in workers}
         local = all(_is_local(h) for h in hosts)
-        return Target(router, gpus, "+".join(roles), metrics, self.config.sku, len(hosts), local)
+        key = read_key(key_file)
+        return Target(
+            router, gpus, "+".join(roles), metrics, self.config.sku, len(hosts), local, key
+        )
 
     def stop(self) -> None:
         if self.proc is None:

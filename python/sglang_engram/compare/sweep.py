@@ -194,7 +194,7 @@ def run_point(
     before = summed_counters(target.metrics_urls)
     argv = [sys.executable, "-m", BENCH_MODULE]
     argv += bench_args(spec, target.url, concurrency, str(output))
-    rc = _run_bench(argv, log, spec.point_timeout_s)
+    rc = _run_bench(argv, log, spec.point_timeout_s, target.key)
     after = summed_counters(target.metrics_urls)
     summary = _summary(output)
     expected = expected_requests(spec, concurrency)
@@ -244,10 +244,14 @@ def _hardware(spec: SweepSpec, target: Target) -> facts.Hardware:
     return facts.gpu_hardware(override, target.num_gpus)
 
 
-def _run_bench(argv: list[str], log: Path, timeout_s: float) -> int | None:
-    """The benchmark's exit code, or None on timeout; its output goes to ``log``."""
+def _run_bench(argv: list[str], log: Path, timeout_s: float, key: str | None) -> int | None:
+    """The benchmark's exit code, or None on timeout; its output goes to ``log``. It
+    sends ``key`` (its OPENAI_API_KEY) when there is one."""
+    env = {**os.environ, **({"OPENAI_API_KEY": key} if key else {})}
     with open(log, "wb") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
         try:
             return proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

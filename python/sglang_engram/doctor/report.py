@@ -66,9 +66,19 @@ def families_report() -> list[dict[str, Any]]:
 
 
 def kernel_report(runtime: EngramRuntime) -> dict[str, Any]:
-    """Whether this process imports the real ``sgl_kernel`` or the plugin's stand-in."""
+    """Whether this process imports the real ``sgl_kernel`` or the plugin's stand-in, and
+    the DeepSeek-V4 ops the plugin stands in for on SGLang's CPU engine."""
+    from sglang_engram.integration.kernel_standin.dsv4 import DSV4_STANDINS
+
     status = kernel_standin.status(runtime)
-    return {"standin": status.standin, "detail": status.detail, "line": status.describe()}
+    return {
+        "standin": status.standin,
+        "detail": status.detail,
+        "line": status.describe(),
+        "dsv4_standins": list(DSV4_STANDINS),
+        "dsv4_line": "DeepSeek-V4 on SGLang's CPU engine: plain-torch STAND-INS for "
+        f"{', '.join(DSV4_STANDINS)} (sliding-window layers; elsewhere upstream's kernels)",
+    }
 
 
 def gpu_report() -> dict[str, Any]:
@@ -208,7 +218,7 @@ def render(report: dict[str, Any]) -> str:
             for target, status in report["hooks"].items()
         ),
     ]
-    lines.append(report["sgl_kernel"]["line"])
+    lines += [report["sgl_kernel"]["line"], report["sgl_kernel"]["dsv4_line"]]
     gpu = report["gpu"]
     if gpu["available"]:
         lines.append(

@@ -12,11 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-CPU_ENGINE_VAR = "SGLANG_USE_CPU_ENGINE"
-
-
-def cpu_engine_on() -> bool:
-    return os.environ.get(CPU_ENGINE_VAR, "0") == "1"
+from sglang_engram.protocol.cpu_engine import CPU_ENGINE_VAR, cpu_engine_on
 
 
 def check_cpu_engine(server_args: Any) -> None:

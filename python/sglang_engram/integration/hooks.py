@@ -7,6 +7,7 @@ upstream rename fails CI loudly.
 
 from __future__ import annotations
 
+from sglang_engram.integration.kernel_standin.dsv4.hooks import DSV4_STANDIN_HOOKS
 from sglang_engram.protocol.hook import CALL, Hook
 from sglang_engram.protocol.registry import families
 
@@ -161,6 +162,8 @@ SHARED_HOOKS: tuple[Hook, ...] = (
 )
 
 # NOTE: the shared hooks first: the flags must exist before a family's hook reads them.
-HOOKS: tuple[Hook, ...] = SHARED_HOOKS + tuple(h for f in families() for h in f.hooks)
+HOOKS: tuple[Hook, ...] = (
+    SHARED_HOOKS + DSV4_STANDIN_HOOKS + tuple(h for f in families() for h in f.hooks)
+)
 
 __all__ = ["CALL", "HOOKS", "SHARED_HOOKS", "Hook"]

@@ -86,10 +86,33 @@ class DeepseekV41(ModelFamily):
         return config.offload == "hbm" or (config.offload == "dram" and not config.hot_cache_gb)
 
     def implementation(self, config: EngramServerConfig) -> str:
+        from sglang_engram.protocol.cpu_engine import cpu_engine_on
+
         if not self.upstream_serves(config):
             return OUR_TABLES
-        table = "device" if config.offload == "hbm" else "pinned host"
-        return f"{UPSTREAM_TABLE} ({table} table)"
+        if config.offload == "hbm":
+            return f"{UPSTREAM_TABLE} (device table)"
+        if cpu_engine_on():
+            return (
+                f"{UPSTREAM_TABLE} (pinned host table; on SGLang's CPU engine its device "
+                "table, in host memory)"
+            )
+        return f"{UPSTREAM_TABLE} (pinned host table)"
+
+    def configure_server(
+        self, server_args: Any, config: EngramServerConfig
+    ) -> tuple[EngramServerConfig, list[str]]:
+        """On SGLang's CPU engine, the defaults DeepSeek-V4's model needs there
+        (``cpu_engine``); nothing elsewhere."""
+        from sglang_engram.models.deepseek_v41.cpu_engine import cpu_engine_defaults, is_dsv4
+        from sglang_engram.protocol.model_facts import read_model_facts
+
+        if getattr(server_args, "device", None) != "cpu":
+            return config, []
+        hf_config = read_model_facts(getattr(server_args, "model_path", None)).hf_config
+        if not is_dsv4(hf_config or {}):
+            return config, []
+        return config, [f"CPU engine: {change}" for change in cpu_engine_defaults(server_args)]
 
     def check_config(self, hf_config: HfConfig, config: EngramServerConfig) -> None:
         from sglang_engram.models.deepseek_v41.engram_config import check_servable

@@ -26,6 +26,7 @@ from engram.fp8 import row_bytes
 from engram.tables import TableCounters
 from engram.tables.timing import LookupClock, Mark
 from sglang_engram.models.deepseek_v41.family import DeepseekV41
+from sglang_engram.protocol.cpu_engine import cpu_engine_on
 from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import served
 
@@ -43,7 +44,9 @@ def build(
     from sglang.srt.environ import envs
 
     config = runtime.serving_config()
-    dram = config.offload == "dram"
+    # NOTE: on SGLang's CPU engine the device table is in host memory already; the host
+    # table would pin its rows with cudaHostRegister.
+    dram = config.offload == "dram" and not cpu_engine_on()
     with ExitStack() as switches:
         switches.enter_context(envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.override(dram))
         if dram:
