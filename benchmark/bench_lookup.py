@@ -24,16 +24,16 @@ rows, duplicates included; median of the repeats):
 
 Every method ends at the same point: the distinct packed FP8 rows in host memory plus
 the inverse index, ready for the device copy. Dequantisation (on the device, identical
-for every tier) is left out. ``prefetch_exposed_ratio``: with ``table.prefetch`` issued
-at admission and a simulated compute window as long as the un-prefetched cold lookup,
-the lookup time still exposed after the window, over the un-prefetched time (prefill);
-``decode_prefetch_exposed_ratio`` the same for decode steps prefetched one step ahead.
+for every tier) is left out. ``read_ahead_exposed_ratio``: with ``table.read_ahead`` issued
+at admission and a simulated compute window as long as the cold lookup without it,
+the lookup time still exposed after the window, over the time without it (prefill);
+``decode_read_ahead_exposed_ratio`` the same for decode steps read one step ahead.
 ``steps`` (``--step-rows``, :mod:`lookup_steps`): the host work of decode-step lookups of
 384, 3,072 and 18,432 rows beyond the disk wait, as a server reads them (direct I/O, RAM
 cache 1/16 of the table), per row and split into a fixed and a per-row cost.
 
 The last line of output is JSON:
-``{"prefill": {...}, "decode": {...}, "prefetch_exposed_ratio": x,
+``{"prefill": {...}, "decode": {...}, "read_ahead_exposed_ratio": x,
 "cold_resident_fraction": y, "steps": {...}, ...}``. The issue-23 figures (decode
 ssd_warm / dram, host us per row at 384 and 18,432 rows, prefill cold ssd / naive, block
 checks on / off) in one run: ``python benchmark/bench_lookup.py --table-gib 1
@@ -130,11 +130,11 @@ def measure(
     return {"seconds": medians, "resident": resident}
 
 
-def measure_prefetch(table: SsdTable, runs: list[np.ndarray]) -> tuple[float, int]:
-    """The median lookup time still exposed after a prefetch (at admission for a
+def measure_read_ahead(table: SsdTable, runs: list[np.ndarray]) -> tuple[float, int]:
+    """The median lookup time still exposed after a read-ahead (at admission for a
     prefill, one step ahead for a decode step) and a compute window as long as the
-    un-prefetched lookup (the median cold lookup of these batches), over that window;
-    and the most host memory the table held meanwhile (staging plus prefetched rows)."""
+    lookup without read-ahead (the median cold lookup of these batches), over that window;
+    and the most host memory the table held meanwhile (staging plus rows read ahead)."""
     cold = []
     for ids in runs:
         table.drop_page_cache()
@@ -143,7 +143,7 @@ def measure_prefetch(table: SsdTable, runs: list[np.ndarray]) -> tuple[float, in
     exposed, held = [], 0
     for ids in runs:
         table.drop_page_cache()
-        handle = table.prefetch(torch.from_numpy(ids))  # at admission / one step ahead
+        handle = table.read_ahead(torch.from_numpy(ids))  # at admission / one step ahead
         time.sleep(window)  # the forward pass up to the Engram layer
         exposed.append(time_ssd(table, ids))
         held = max(held, table.memory()["dram"])
@@ -188,8 +188,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if table is not chosen:
             others_held += table.memory()["dram"]
             table.close()
-    ratio, held = measure_prefetch(chosen, batches["prefill"])
-    decode_ratio, decode_held = measure_prefetch(chosen, batches["decode"])
+    ratio, held = measure_read_ahead(chosen, batches["prefill"])
+    decode_ratio, decode_held = measure_read_ahead(chosen, batches["decode"])
     held = max(held, decode_held) + others_held
     chosen.close()
     anon = peak.stop()
@@ -213,8 +213,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "ssd_warm_first": got[f"ssd:{args.read}_warm_first"],
             "naive_warm_first": got["naive_warm_first"],
         }
-    result["prefetch_exposed_ratio"] = ratio
-    result["decode_prefetch_exposed_ratio"] = decode_ratio
+    result["read_ahead_exposed_ratio"] = ratio
+    result["decode_read_ahead_exposed_ratio"] = decode_ratio
     result["cold_resident_fraction"] = resident
     result["read_strategy"] = args.read
     result["table_gib"] = args.table_gib
@@ -278,8 +278,8 @@ def report(result: dict[str, Any]) -> None:
         ("prefill ssd_warm / dram", pre["ssd_warm"] / pre["dram"], ">= 0.8"),
         ("decode ssd_cold / naive_cold", dec["ssd_cold"] / dec["naive_cold"], ">= 3"),
         ("prefill ssd_cold / naive_cold", pre["ssd_cold"] / pre["naive_cold"], ">= 1"),
-        ("prefetch_exposed_ratio", result["prefetch_exposed_ratio"], "<= 0.1"),
-        ("decode_prefetch_exposed_ratio", result["decode_prefetch_exposed_ratio"], "<= 0.1"),
+        ("read_ahead_exposed_ratio", result["read_ahead_exposed_ratio"], "<= 0.1"),
+        ("decode_read_ahead_exposed_ratio", result["decode_read_ahead_exposed_ratio"], "<= 0.1"),
         ("cold_resident_fraction", result["cold_resident_fraction"], "< 0.01"),
     ]
     for kind, values in result.get("unchecked", {}).items():
@@ -293,7 +293,7 @@ def report(result: dict[str, Any]) -> None:
         print(f"{name:32} {value:8.3f}   target {target}")
     print(
         f"{'peak anonymous RSS growth':32} {result['peak_rss_anon_mib']:8.1f} MiB "
-        f"(staging + caches + prefetched rows {result['staging_cache_mib']:.1f} MiB; target < 2x)"
+        f"(staging + caches + rows read ahead {result['staging_cache_mib']:.1f} MiB; target < 2x)"
     )
     print(json.dumps(result))
 

@@ -31,6 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from engram_testing.bench_text import bench_text
 from engram_testing.client import generate_ids, metrics
 from engram_testing.server import sglang_server
 from engram_testing.tiers.seed_profile import ensure_profile, profile_top
@@ -40,9 +41,12 @@ from engram_testing.tiers.servers import (
     build_model,
     server_args,
     slug,
+    tokenizer_of,
     wait_seeded,
 )
 from engram_testing.tiers.workload import heldout_ids
+
+from engram.cli import Parser, run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "ssd-1/16"
@@ -77,8 +81,8 @@ def start_once(name: str, model: Path, prompts: list[list[int]], args, log: Path
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="benchmark/bench_seed_start.py", description=__doc__.splitlines()[0])
     parser.add_argument("--table-gib", type=float, default=4.0, help="the model's table size")
     parser.add_argument(
         "--backbone", choices=list(BACKBONES), default="text", help="as bench_serving_tiers.py"
@@ -88,8 +92,8 @@ def main() -> int:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="the seed profile, made over the stdlib's train split unless one for this model "
-        "is there (default models/engram-<BACKBONE>-<G>g-train-profile.npz)",
+        help="the seed profile, made over the benchmark text's train split unless one of it "
+        "for this model is there (default models/engram-<BACKBONE>-<G>g-train-profile.npz)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="starts of each, interleaved")
     parser.add_argument("--burst", type=int, default=8, help="prompts sent once ready")
@@ -98,26 +102,29 @@ def main() -> int:
     parser.add_argument(
         "--out", type=Path, default=ROOT / "out" / "bench_seed_start", help="logs and summary"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
     for flag, value in (("--repeats", args.repeats), ("--burst", args.burst)):
         if value < 1:
             print(f"error: {flag} must be at least 1, not {value}")
             return 2
     stem = ROOT / "models" / f"engram-{args.backbone}-{args.table_gib:g}g"
+    args.model = args.model or stem
     args.ssd_dir = args.ssd_dir or stem.with_name(stem.name + "-ssd")
     args.profile = args.profile or stem.with_name(stem.name + "-train-profile.npz")
+    # NOTE: a request for more prompts than the held-out text gives fails before any build
+    need = 2 * args.repeats * args.burst
+    pieces = heldout_ids(tokenizer_of(args.model, args.backbone), args.input_len, need)
+    text = {split: bench_text(split) for split in ("heldout", "train")}
+    print(f"prompts: {text['heldout'].describe()}", flush=True)
+    print(f"seed profile text: {text['train'].describe()}", flush=True)
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
 
-    model = build_model(args.table_gib, args.model or stem, args.backbone)
-    ensure_profile(model, args.profile, profile_top(model, 1 / 16), work)
-    pieces = heldout_ids(model, args.input_len)
-    if len(pieces) < 2 * args.repeats * args.burst:
-        print(
-            f"error: the held-out sources give {len(pieces)} prompts of {args.input_len} "
-            f"tokens, {2 * args.repeats * args.burst} are needed; ask for fewer or shorter"
-        )
-        return 2
+    model = build_model(args.table_gib, args.model, args.backbone)
+    ensure_profile(model, args.profile, profile_top(model, 1 / 16))
     print("first start, untimed (it writes the table files if they are not there)", flush=True)
     with sglang_server(
         model, *server_args(CONFIG, args.table_gib, args.ssd_dir, None),
@@ -146,6 +153,7 @@ def main() -> int:
         "table_gib": args.table_gib,
         "backbone": args.backbone,
         "burst": args.burst,
+        "text": {split: t.record() for split, t in text.items()},
         "starts": starts,
         "medians": {
             n: {k: statistics.median(s[k] for s in runs) for k in runs[0]}
@@ -168,4 +176,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    options = parser().parse_args()
+    sys.exit(run(lambda: main(options), options))

@@ -11,7 +11,7 @@ trained backbone, which writes text; ``--backbone random``: random weights), the
   share of the table files is measured before and after, after dropping what the
   conversion left there);
 * ``ssd-1/16-seeded``: ``ssd-1/16`` started with ``--engram-seed-profile``: a profile
-  that ``python -m engram.profile`` counted over the stdlib's *train* split, documents
+  that ``python -m engram.profile`` counted over the benchmark text's *train* split, files
   the held-out prompts never come from (``engram_testing.tiers.seed_profile``; built once
   and reused, as the model is);
 * ``ssd-1/4``: the same with a RAM cache of 1/4;
@@ -20,7 +20,8 @@ trained backbone, which writes text; ``--backbone random``: random weights), the
 Every server runs with ``--sleep-on-idle``, so the ones waiting their turn take no CPU,
 and ``python -m sglang.benchmark.serving`` drives them in turn: per repeat, per
 concurrency, every config back to back (the order rotated each repeat), each run with
-prompts of held-out Python source (``tiers_workload``) that no other run gets. A ratio
+prompts of held-out Python source (``engram_testing.bench_text``: a pinned package's
+sources, named by path and digest in the output) that no other run gets. A ratio
 (ssd/dram, dram/off) is taken within a repeat, between runs minutes apart, and the
 median over repeats is reported with its range. Prints per config and concurrency the
 median total and output tok/s, P90 TPOT and TTFT, Engram rows/s read from disk, the
@@ -46,18 +47,23 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from disk_probe import random_reads_per_s
+from engram_testing.bench_text import bench_text
 from engram_testing.client import generate_ids
-from engram_testing.tiers.cache_curve import cache_curve
+from engram_testing.tiers.cache_curve import (
+    CURVE_CONFIGS,
+    CURVE_FRACTIONS,
+    CURVE_KEYS,
+    heldout_curves,
+)
 from engram_testing.tiers.report import (
-    describe_ratios,
     drop_page_cache,
     exposed_ratio,
     first_pass_hit_ratios,
     median_figures,
-    median_of,
     plot,
+    print_ratios,
     print_table,
-    repeat_ratios,
+    ratio_summary,
     resident_fraction,
     table_files,
 )
@@ -70,36 +76,28 @@ from engram_testing.tiers.servers import (
     check_memory,
     seeded,
     start_servers,
+    tokenizer_of,
     wait_seeded,
 )
-from engram_testing.tiers.workload import heldout_ids, served_prompts, write_datasets
+from engram_testing.tiers.workload import (
+    heldout_ids,
+    prompt_pieces,
+    served_prompts,
+    write_datasets,
+)
 
-from engram.profile import RowProfile
+from engram.cli import Parser, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CURVE_FRACTIONS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
 CHECK_PROMPTS, CHECK_PROMPT_TOKENS, CHECK_NEW_TOKENS = 4, 96, 32
 # NOTE: the depth the direct reader reaches on a large cold lookup (its plan submits
 # every block at once, up to engram.ssd.readers.direct.QUEUE_DEPTH)
 DISK_PROBE_DEPTH = 512
-# the RAM-cache curves' labels: empty at start, seeded from the train-split profile, and
-# seeded with misses never admitted; each drawn in the colour of the config beside it
-CURVES = ("unseeded (LRU)", "seeded (LRU)", "seeded, misses not admitted")
-CURVE_CONFIGS = {CURVES[0]: "ssd-1/16", CURVES[1]: "ssd-1/16-seeded", CURVES[2]: "ssd-1/16-seeded"}
-RATIOS = [  # (JSON key, numerator config, denominator config, figure)
-    ("ssd_over_dram_throughput", "ssd-1/16", "dram", "total_tok_s"),
-    ("ssd_over_dram_p90_tpot", "ssd-1/16", "dram", "p90_tpot_ms"),
-    ("seeded_ssd_over_dram_throughput", "ssd-1/16-seeded", "dram", "total_tok_s"),
-    ("seeded_ssd_over_dram_p90_tpot", "ssd-1/16-seeded", "dram", "p90_tpot_ms"),
-    ("ssd_quarter_over_dram_throughput", "ssd-1/4", "dram", "total_tok_s"),
-    ("dram_over_off_throughput", "dram", "off", "total_tok_s"),
-    ("dram_over_off_p90_tpot", "dram", "off", "p90_tpot_ms"),
-]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="benchmark/bench_serving_tiers.py", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--table-gib", type=float, default=8.0, help="size of the random model's Engram tables"
     )
@@ -114,8 +112,8 @@ def main() -> int:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="the seeded config's profile, made over the stdlib's train split unless one for "
-        "this model is there (default models/engram-<BACKBONE>-<G>g-train-profile.npz)",
+        help="the seeded config's profile, made over the benchmark text's train split unless "
+        "one of it for this model is there (default models/engram-<BACKBONE>-<G>g-train-profile.npz)",
     )
     parser.add_argument(
         "--configs",
@@ -153,7 +151,10 @@ def main() -> int:
         default=ROOT / "out" / "bench_serving_tiers",
         help="folder of the logs, results, summary.json and the plot",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
     configs = args.configs.split(",")
     if unknown := set(configs) - set(CONFIGS):
         print(f"error: unknown configs {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
@@ -172,19 +173,22 @@ def main() -> int:
     args.model = args.model or stem
     args.ssd_dir = args.ssd_dir or stem.with_name(stem.name + "-ssd")
     args.profile = args.profile or stem.with_name(stem.name + "-train-profile.npz")
+    counts = {c: max(4, args.num_prompts * c) for c in args.concurrencies}
+    labels = {f"r{r}_c{c}": counts[c] for r in range(args.repeats) for c in args.concurrencies}
+    # NOTE: a request for more prompts than the held-out text gives fails before any build
+    prompt_pieces(tokenizer_of(args.model, args.backbone), args.input_len, sum(labels.values()))
+    text = {split: bench_text(split) for split in ("heldout", "train")}
+    print(f"prompts: {text['heldout'].describe()}", flush=True)
+    if any(seeded(n) for n in configs):
+        print(f"seed profile text: {text['train'].describe()}", flush=True)
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
 
     model = build_model(args.table_gib, args.model, args.backbone)
     if any(seeded(n) for n in configs):
         top = profile_top(model, max(CURVE_FRACTIONS))  # NOTE: enough for every curve point
-        ensure_profile(model, args.profile, top, work)
-    counts = {c: max(4, args.num_prompts * c) for c in args.concurrencies}
-    datasets = write_datasets(
-        model, work,
-        {f"r{r}_c{c}": counts[c] for r in range(args.repeats) for c in args.concurrencies},
-        args.input_len,
-    )  # fmt: skip
+        ensure_profile(model, args.profile, top)
+    datasets = write_datasets(model, work, labels, args.input_len)
     last = f"r{args.repeats - 1}_c{args.concurrencies[-1]}"
     served = served_prompts(
         datasets[last], model, counts[args.concurrencies[-1]], args.input_len,
@@ -221,6 +225,7 @@ def main() -> int:
         "output_len": args.output_len,
         "num_prompts": counts,
         "repeats": args.repeats,
+        "text": {split: t.record() for split, t in text.items()},
         "configs": {n: {str(c): r for c, r in by.items()} for n, by in results.items()},
         "runs": {n: {str(c): rs for c, rs in by.items()} for n, by in runs.items()},
         "page_cache_resident": residency,
@@ -234,17 +239,12 @@ def main() -> int:
         },
         "seeding": seeding,
     }
-    ratios = [(runs, *ratio) for ratio in RATIOS]
     if replays:
-        ratios.append((replays, "replayed_ssd_over_dram_throughput", "ssd-1/16", "dram", "total_tok_s"))  # fmt: skip
         summary["replays"] = {n: {str(c): rs for c, rs in by.items()} for n, by in replays.items()}
-    for source, key, num, den, figure in ratios:
-        per_repeat = repeat_ratios(source, num, den, figure)
-        summary[key] = {c: median_of(r) for c, r in per_repeat.items()}
-        summary[key + "_per_repeat"] = per_repeat
+    summary |= ratio_summary(runs, replays)
     if "ssd-1/16" in runs:
         r = exposed_ratio([f for rs in runs["ssd-1/16"].values() for f in rs])
-        summary["prefetch_exposed_ratio"] = None if r is None else round(r, 4)
+        summary["read_ahead_exposed_ratio"] = None if r is None else round(r, 4)
     if "dram" in outputs:
         summary["ssd_outputs_equal_dram"] = {
             n: sum(a == b for a, b in zip(outputs[n], outputs["dram"], strict=True)) / len(checks)
@@ -252,10 +252,7 @@ def main() -> int:
             if n.startswith("ssd")
         }
     print()
-    printed = [key for key, *_ in RATIOS if "quarter" not in key]
-    for key in printed + (["replayed_ssd_over_dram_throughput"] if replays else []):
-        if summary[key + "_per_repeat"]:
-            print(f"{key}: {describe_ratios(summary[key + '_per_repeat'])}")
+    print_ratios(summary)
     for name, ratios_of in summary["first_pass_ram_hit_ratio"].items():
         parts = ", ".join(f"{k} {v}" for k, v in ratios_of.items() if k != "rows_probed")
         print(f"first-pass RAM-cache hit ratio of {name}: {parts}")
@@ -264,7 +261,7 @@ def main() -> int:
             f"{name}: seeded {done['rows']:,.0f} rows into its RAM caches at start "
             f"({done['table_seconds']:.1f} s, summed over its tables)"
         )
-    print(f"prefetch_exposed_ratio: {summary.get('prefetch_exposed_ratio')}")
+    print(f"read_ahead_exposed_ratio: {summary.get('read_ahead_exposed_ratio')}")
     print(f"page cache resident share of the table files: {residency}")
     if disk:
         print(
@@ -275,17 +272,10 @@ def main() -> int:
     print(f"greedy outputs equal to dram's: {summary.get('ssd_outputs_equal_dram')}")
 
     # NOTE: the curve replays every held-out piece (the served prompts are a sample of
-    # them), prefill rows only: decode rows follow the random model's own outputs.
+    # them), prefill rows only: decode rows follow the model's own outputs.
     pieces = heldout_ids(model, args.input_len)
-    curves = {CURVES[0]: cache_curve(model, pieces, CURVE_FRACTIONS)}
-    summary["cache_curve"] = curves[CURVES[0]]
-    if seeding:
-        seed = RowProfile.load(args.profile).rows
-        curves[CURVES[1]] = cache_curve(model, pieces, CURVE_FRACTIONS, seed)
-        # NOTE: the same seed, misses never admitted: what the profile alone covers
-        curves[CURVES[2]] = cache_curve(model, pieces, CURVE_FRACTIONS, seed, admit=False)
-        summary["cache_curve_seeded"] = curves[CURVES[1]]
-        summary["cache_curve_seeded_no_admission"] = curves[CURVES[2]]
+    curves = heldout_curves(model, pieces, args.profile if seeding else None)
+    summary |= {CURVE_KEYS[label]: curve for label, curve in curves.items()}
     for i, fraction in enumerate(CURVE_FRACTIONS):
         ratios_at = ", ".join(f"{k} {c['points'][i]['hit_ratio']:.3f}" for k, c in curves.items())
         print(f"RAM cache {fraction:.4f} of the table: hit ratio {ratios_at}")
@@ -304,4 +294,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    options = parser().parse_args()
+    sys.exit(run(lambda: main(options), options))

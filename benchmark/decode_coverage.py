@@ -3,12 +3,13 @@ of them that a frequency profile of other text covers.
 
 For each backbone (``random``: ``build --random``, random weights; ``text``: ``build
 --text-backbone``, the trained model with tables of the same size), with tables of about
-``--table-gib`` GiB: build the model (or reuse it), profile the standard library's
-*train* split through its hash (``python -m engram.profile ... --top N``, N =
+``--table-gib`` GiB: build the model (or reuse it), profile the benchmark text's *train*
+split (``engram_testing.bench_text``: a pinned package's sources) through its hash (``python -m engram.profile ... --top N``, N =
 ``--top-fraction`` of the largest table's rows, as a seeded RAM cache of that share
 holds), then greedily decode ``--new-tokens`` tokens after each of ``--prompts``
-held-out prompts of ``--prompt-tokens`` tokens (the first tokens of the pieces of held-out
-stdlib source that ``bench_serving_tiers.py``'s prompts are cut from), past an end of text as the benchmark's ``ignore_eos`` does, on the core
+held-out prompts of ``--prompt-tokens`` tokens (the first tokens of the pieces of the
+held-out text that ``bench_serving_tiers.py``'s prompts are cut from), past an end of text
+as the benchmark's ``ignore_eos`` does, on the core
 library's reference model on the CPU. Reports per backbone the distinct token ids among
 the generated tokens, the start of a few continuations, and the share of row lookups that
 the profile covers, in three phases: the prompts' (``prefill``), the generated tokens'
@@ -25,53 +26,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
+from engram_testing.bench_text import bench_text
+from engram_testing.tiers.seed_profile import ensure_profile
+from engram_testing.tiers.servers import build_model, tokenizer_of
 from engram_testing.tiers.workload import heldout_ids
 
-from engram.cli import Parser, directory, number, run
+from engram.cli import Parser, number, run
+from engram.cli_paths import directory
 from engram.model import TinyEngramConfig, TinyEngramModel
-from engram.model.corpus import split_documents, stdlib_documents
 from engram.model.tokenizer import load_tokenizer
 from engram.profile.file import layer_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD_FLAGS = {"random": ["--random"], "text": ["--text-backbone"]}
+BACKBONES = ("random", "text")
 SHOWN_CONTINUATIONS = 3
 PHASES = ("prefill", "decode", "heldout_next")
-
-
-def build(backbone: str, table_gib: float, out: Path) -> Path:
-    flags = [*BUILD_FLAGS[backbone], "--engram-table-gib", f"{table_gib:g}"]
-    subprocess.run(
-        [sys.executable, "-m", "engram.model", "build", *flags, "--out", str(out), "--reuse"],
-        check=True,
-    )
-    return out
-
-
-def train_corpus(folder: Path) -> Path:
-    """The stdlib's train split as ``.txt`` files (written once)."""
-    done = folder / ".complete"
-    if not done.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        for i, doc in enumerate(split_documents(stdlib_documents(), "train")):
-            (folder / f"{i:05d}.txt").write_text(doc.text, encoding="utf-8")
-        done.touch()
-    return folder
-
-
-def profile(model: Path, corpus: Path, top: int, out: Path) -> Path:
-    subprocess.run(
-        [sys.executable, "-m", "engram.profile", str(model), str(corpus), "--out", str(out),
-         "--top", str(top), "--quiet"],
-        check=True,
-    )  # fmt: skip
-    return out
 
 
 def greedy(model: TinyEngramModel, prompt: list[int], new_tokens: int) -> list[int]:
@@ -121,15 +95,21 @@ def _held(hot: np.ndarray, ids: np.ndarray) -> int:
     return int((hot[at] == ids).sum())
 
 
-def measure(backbone: str, args: argparse.Namespace, corpus: Path) -> dict:
-    model_dir = build(backbone, args.table_gib, args.work / f"{backbone}-{args.table_gib:g}g")
+def model_path(backbone: str, args: argparse.Namespace) -> Path:
+    return args.work / f"{backbone}-{args.table_gib:g}g"
+
+
+def measure(backbone: str, args: argparse.Namespace) -> dict:
+    model_dir = build_model(args.table_gib, model_path(backbone, args), backbone)
     cfg = TinyEngramConfig.from_pretrained(model_dir)
     top = int(np.ceil(max(cfg.engram_num_embeddings) * args.top_fraction))
-    path = profile(model_dir, corpus, top, model_dir.with_name(model_dir.name + "-train.npz"))
+    path = ensure_profile(
+        model_dir, model_dir.with_name(model_dir.name + "-train.npz"), top, quiet=True
+    )
     hot = [np.sort(layer_rows(path, layer)) for layer in cfg.engram_layer_ids]
     tokenizer = load_tokenizer(model_dir)
     n = args.prompt_tokens
-    pieces = heldout_ids(model_dir, n + args.new_tokens)[: args.prompts]
+    pieces = heldout_ids(model_dir, n + args.new_tokens, args.prompts)
     model = TinyEngramModel.from_pretrained(model_dir, "hbm", device="cpu")
     phases = {p: Coverage(hot) for p in PHASES}
     generated, texts = [], []
@@ -165,8 +145,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backbones",
         nargs="+",
-        choices=list(BUILD_FLAGS),
-        default=list(BUILD_FLAGS),
+        choices=BACKBONES,
+        default=list(BACKBONES),
         help="random: random weights; text: the trained model with tables of that size",
     )
     p.add_argument("--prompts", type=number(at_least=1), default=20, help="held-out prompts")
@@ -182,16 +162,22 @@ def parser() -> argparse.ArgumentParser:
         "--work",
         type=directory,
         default=ROOT / "out" / "decode_coverage",
-        help="models, profiles and the train-split corpus (reused when current)",
+        help="models and profiles (reused when current)",
     )
     return p
 
 
 def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
+    # NOTE: a request for more prompts than the held-out text gives fails before any build
+    for backbone in args.backbones:
+        tokenizer = tokenizer_of(model_path(backbone, args), backbone)
+        heldout_ids(tokenizer, args.prompt_tokens + args.new_tokens, args.prompts)
+    text = {split: bench_text(split) for split in ("heldout", "train")}
+    print(f"prompts: {text['heldout'].describe()}", flush=True)
+    print(f"profile text: {text['train'].describe()}", flush=True)
     args.work.mkdir(parents=True, exist_ok=True)
-    corpus = train_corpus(args.work / "train-corpus")
-    results = {b: measure(b, args, corpus) for b in args.backbones}
+    results = {b: measure(b, args) for b in args.backbones}
     for name, r in results.items():
         print(
             f"{name}: {r['distinct_generated_ids']:,} distinct ids in {r['generated_tokens']:,} "
@@ -201,11 +187,12 @@ def main(args: argparse.Namespace) -> None:
                 f"{p} {r[p]['coverage']:.3f} / {r[p]['distinct_coverage']:.3f}" for p in PHASES
             )
         )
-        for text in r["continuations"]:
-            print(f"    {text[:160]!r}")
+        for continuation in r["continuations"]:
+            print(f"    {continuation[:160]!r}")
     settings = {k: getattr(args, k) for k in ("table_gib", "prompts", "prompt_tokens")}
     settings |= {"new_tokens": args.new_tokens, "top_fraction": args.top_fraction}
-    print(json.dumps({"settings": settings, "backbones": results}))
+    records = {split: t.record() for split, t in text.items()}
+    print(json.dumps({"settings": settings, "text": records, "backbones": results}))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ import psutil
 from engram_testing.soak.resources import Sampler
 from engram_testing.tree_memory import TreeMemory, short_key
 
-from engram.cli import Parser, RawDescriptionFormatter, directory, number, run
+from engram.cli import Parser, RawDescriptionFormatter, number, run
+from engram.cli_paths import directory
 from engram.errors import EngramInputError, EngramRunError
 from engram.files import GIB, nearest_existing
 

@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from engram_testing.bench_text import bench_text
 from engram_testing.soak.faults import (
     DEFAULT_KINDS,
     ClusterView,
@@ -44,7 +45,8 @@ from engram_testing.soak.faults import (
 )
 from engram_testing.soak.load import LoadDriver, Workload, text_pieces
 
-from engram.cli import Parser, RawDescriptionFormatter, directory, existing_file, number, run
+from engram.cli import Parser, RawDescriptionFormatter, number, run
+from engram.cli_paths import directory, existing_file
 from engram.errors import EngramInputError, EngramRunError
 from engram.tables import placement_names
 
@@ -137,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
         "--prompts",
         choices=("text", "ids"),
         default="text",
-        help="held-out stdlib source (shared prefixes) or fresh random token ids",
+        help="held-out benchmark text (shared prefixes) or fresh random token ids",
     )
     p.add_argument(
         "--prompt-tokens",
@@ -281,13 +283,15 @@ def soak(args: argparse.Namespace) -> int:
     spec_path.write_text(spec_yaml)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
-    pieces = text_pieces(Path(spec.model), args.prompt_tokens[1], args.prompt_pool)
+    pieces, text = (), None
+    if args.prompts == "text":
+        pieces = text_pieces(Path(spec.model), args.prompt_tokens[1], args.prompt_pool)
+        text = bench_text("heldout")
+        print(f"prompts: prefixes of pieces of {text.describe()}", flush=True)
     from engram.model.config import TinyEngramConfig
 
     vocab = TinyEngramConfig.from_pretrained(Path(spec.model)).vocab_size
-    workload = Workload(
-        pieces if args.prompts == "text" else (), vocab, args.prompt_tokens, args.new_tokens
-    )
+    workload = Workload(pieces, vocab, args.prompt_tokens, args.new_tokens)
     env = {**os.environ, "SGLANG_ENGRAM_CLUSTER_HOME": str(args.out.resolve() / "home")}
     os.environ["SGLANG_ENGRAM_CLUSTER_HOME"] = env["SGLANG_ENGRAM_CLUSTER_HOME"]
     view, faults, load, sampler = ClusterView(spec.name), [], None, None
@@ -333,6 +337,7 @@ def soak(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         replicas={g.name: g.count for g in spec.workers},
         regime=regime_of(*_offloads(spec)),
+        text=text.record() if text else None,
     )
     plot(
         sampler.rows,

@@ -4,7 +4,8 @@
   a failure at run time (a full disk, a server that died) is the same line with exit 1.
 - A traceback appears only with ``--debug`` (every :class:`Parser` and subcommand has it).
 - A reader that closes the pipe (``... --json | head``) ends the command quietly.
-- ``--help`` shows every option's default; :func:`number` range-checks numeric options.
+- ``--help`` shows every option's default; :func:`number` range-checks numeric options, and
+  :mod:`engram.cli_paths` path options.
 
 Imports nothing heavy: a CLI fails on bad flags before torch or SGLang loads.
 """
@@ -19,7 +20,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from engram.errors import EngramError, EngramInputError, EngramRunError
@@ -259,44 +259,3 @@ def torch_device(requested: str | None) -> str:
     if device.type not in ("cpu", "cuda"):
         raise EngramInputError(f"--device {requested}: only cpu and cuda are supported")
     return requested
-
-
-def existing_file(text: str) -> Path:
-    """An argparse ``type``: a file that exists (an input)."""
-    path = Path(text)
-    if not path.is_file():
-        what = "is a directory, not a file" if path.is_dir() else "does not exist"
-        raise argparse.ArgumentTypeError(f"{text} {what}")
-    return path
-
-
-def directory(text: str) -> Path:
-    """An argparse ``type``: a directory to write into, existing or to be created. Refused
-    when it is a file, lies below one, or this user cannot write where it is (or would be);
-    nothing is created here, so a command that fails later leaves nothing behind."""
-    path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file; give a directory")
-    _check_writable(text, path)
-    return path
-
-
-def output_file(text: str) -> Path:
-    """An argparse ``type``: a file to write, refused as :func:`directory` refuses a folder."""
-    path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name")
-    _check_writable(text, path.parent)
-    return path
-
-
-def _check_writable(text: str, folder: Path) -> None:
-    from engram.files import nearest_existing
-
-    base = nearest_existing(folder)
-    if not base.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} cannot be created: {base} is a file")
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(
-            f"{text} cannot be written: {base} is not writable by this user"
-        )

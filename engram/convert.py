@@ -14,7 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from engram.cli import Parser, directory, number, run
+from engram.cli import Parser, number, run
+from engram.cli_paths import directory
 from engram.files import MIB
 from engram.ssd.converter import convert_checkpoint
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES

@@ -83,16 +83,6 @@ class NgramHasher:
         windows = self.windows(token_ids, seq_lens, histories)
         return self.hash_windows(windows)
 
-    def next_histories(
-        self, token_ids: torch.Tensor, seq_lens: torch.Tensor, histories: torch.Tensor
-    ) -> torch.Tensor:
-        """Histories after each request consumed its chunk: its last ``N - 1`` tokens."""
-        n1 = self.window - 1
-        token_ids, seq_lens, histories = _as_long(token_ids, seq_lens, histories)
-        combined, _, ends = _with_histories(token_ids, seq_lens, histories, n1)
-        idx = ends.unsqueeze(1) - torch.arange(n1, 0, -1, dtype=torch.int64, device="cpu")
-        return combined[idx]
-
     def history_row(self, history: torch.Tensor | list[int] | None) -> torch.Tensor:
         """Left-pad up to ``N - 1`` predecessors with ``-1`` into one history row."""
         n1 = self.window - 1

@@ -129,10 +129,6 @@ class EngramSpec:
         return (self.max_ngram_size - 1) * self.n_heads
 
     @property
-    def rows_per_token(self) -> int:
-        return self.n_layers * self.n_cols
-
-    @property
     def scale_dim(self) -> int:
         return self.head_dim // FP8_BLOCK
 
@@ -173,10 +169,6 @@ class EngramSpec:
 
     def table_bytes(self, layer_index: int) -> int:
         return self.num_embeddings[layer_index] * self.row_bytes
-
-    @property
-    def total_table_bytes(self) -> int:
-        return sum(self.table_bytes(i) for i in range(self.n_layers))
 
     def multipliers(self, compressed_vocab_size: int | None = None) -> torch.Tensor:
         """LongTensor [n_layers, N] of odd hash multipliers for ``compressed_vocab_size``."""

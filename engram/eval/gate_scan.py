@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import torch
 
 from engram.errors import EngramConfigError
+from engram.layer import V41Engram, v41_gate_values
 from engram.model.modeling import TinyEngramModel
-from engram.module import V41Engram, v41_gate_values
 from engram.progress import progress_bar
 
 

@@ -8,15 +8,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from engram.cli import (
-    Parser,
-    directory,
-    existing_file,
-    number,
-    output_file,
-    run,
-    torch_device,
-)
+from engram.cli import Parser, number, run, torch_device
+from engram.cli_paths import directory, existing_file, output_file
 from engram.errors import EngramInputError
 from engram.model.build_command import add_build_command
 from engram.model.builder import TRAINED_MODEL

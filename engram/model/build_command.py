@@ -7,9 +7,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from engram.cli import directory, number
+from engram.cli import number
+from engram.cli_paths import directory
 from engram.errors import EngramInputError
-from engram.module import ENGRAM_VARIANTS
+from engram.layer import ENGRAM_VARIANTS
 
 _DEFAULTS_NOTE = "defaults give the layout the plugin tests and docs use"
 

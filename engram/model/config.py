@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from engram.errors import EngramConfigError
-from engram.module import ENGRAM_VARIANTS, EngramModuleConfig
+from engram.layer import ENGRAM_VARIANTS, EngramLayerConfig
 from engram.spec import EngramSpec
 
 ARCHITECTURE = "EngramQwen3ForCausalLM"
@@ -84,8 +84,8 @@ class TinyEngramConfig:
         """The hashing and table layout (validates the ``engram_*`` fields)."""
         return EngramSpec.from_hf_config(self.to_dict())
 
-    def engram_module_config(self) -> EngramModuleConfig:
-        return EngramModuleConfig.from_spec(self.spec, self.engram_variant)
+    def engram_layer_config(self) -> EngramLayerConfig:
+        return EngramLayerConfig.from_spec(self.spec, self.engram_variant)
 
     @property
     def dtype(self) -> torch.dtype:

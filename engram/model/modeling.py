@@ -19,11 +19,11 @@ from torch import nn
 
 from engram.errors import EngramConfigError, EngramInputError
 from engram.hashing import NgramHasher
+from engram.layer import EngramState, make_engram
 from engram.model.config import TinyEngramConfig
 from engram.model.directory import model_file
 from engram.model.layers import MLP, Attention, LayerCache, RMSNorm
 from engram.model.tokenizer import load_tokenizer
-from engram.module import EngramState, make_engram
 from engram.ssd.converter import convert_checkpoint
 from engram.ssd.directory import table_dir
 from engram.tables import EngramTable, create_table
@@ -56,7 +56,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.engram = None
         if table is not None:
-            self.engram = make_engram(cfg.engram_module_config(), table, dtype=cfg.dtype)
+            self.engram = make_engram(cfg.engram_layer_config(), table, dtype=cfg.dtype)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype)

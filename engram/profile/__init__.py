@@ -6,7 +6,7 @@ Next's PLE hash: :mod:`.ple_model`; :mod:`.counting`) and writes each table's mo
 looked-up rows with their counts (:mod:`.file`, ranked by :mod:`.ranking`), with the
 identity of the hash they were counted through (:mod:`.identity`). A server started with
 ``--engram-offload ssd --engram-seed-profile PROFILE`` seeds each table's RAM cache with
-them (:mod:`engram.ssd.seeding`); one started with ``--engram-profile-out PROFILE``
+them (:mod:`engram.tables.ssd.seeding`); one started with ``--engram-profile-out PROFILE``
 writes the profile of what it served (:mod:`.tally`, :mod:`.upkeep`), and
 ``python -m engram.profile merge`` sums profiles (:mod:`.merge`).
 """

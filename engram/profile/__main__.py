@@ -11,8 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from engram.cli import Parser, existing_file, number, output_file, run
+from engram.cli import Parser, number, run
+from engram.cli_paths import existing_file, output_file
 from engram.errors import EngramInputError
+from engram.model_config import read_model_config
 from engram.profile.corpus import TEXT_SUFFIXES, corpus_files
 from engram.profile.make import DEFAULT_TOP, make_profile
 from engram.profile.model import load_tokenizer, profile_hash
@@ -89,11 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def body() -> None:
-        from engram.model.directory import read_config
-
         if not args.model.is_dir():
             raise EngramInputError(f"model directory {args.model} does not exist; check the path")
-        config = read_config(args.model)
+        config = read_model_config(args.model)
         files = corpus_files(args.corpus)
         tokenizer = load_tokenizer(args.model, args.tokenizer)
         hasher, identity = profile_hash(args.model, config, tokenizer)

@@ -15,19 +15,18 @@
   ``python -m engram.convert`` is the command line.
 - :mod:`~engram.ssd.readers`: read strategies (``mmap``, ``pread``, ``direct``), chosen
   by name; each plans its reads into reused arrays (:mod:`~engram.ssd.readers.planning`).
-- :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.prefetch`,
-  :mod:`~engram.ssd.bounce_buffers`: the RAM hot-row cache, a table's prefetch handles
-  (rows read ahead of their lookup), the (pinned) host buffers rows pass through on
-  their way to the device.
+- :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.bounce_buffers`: the RAM hot-row
+  cache, the (pinned) host buffers rows pass through on their way to the device.
 - :mod:`~engram.ssd.kernels`: the read path's compiled loops (numba, no GIL): block
-  hashes (our XXH3), read plans and row gathers, the RAM cache's probe and admit.
+  hashes (our XXH3), read plans and row gathers, the RAM cache's probe and admit, the
+  read-ahead handles' filters (:mod:`engram.rows.read_ahead`).
 - :mod:`~engram.ssd.integrity`, :mod:`~engram.ssd.faults`: checks on open, the damage
   mark, a file changing under a running table, I/O and checksum errors that fail one
   lookup.
 
-The table itself is :class:`engram.tables.ssd.SsdTable` (placement ``ssd``); the HBM
-hot-row cache that fronts ``dram`` and ``ssd`` tables is
-:mod:`engram.tables.hot_cache`.
+The table itself is :class:`engram.tables.ssd.SsdTable` (placement ``ssd``), made of
+parts in :mod:`engram.tables.ssd`; what every placement's tables use besides (the HBM
+hot cache's index, seed rows, read-ahead handles) is :mod:`engram.rows`.
 
 Choosing the read strategy (``python benchmark/bench_lookup.py --compare-readers``,
 4 GiB table, 2-core VM with a virtio disk, rows/s, median of runs)::

@@ -49,17 +49,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 
-def supported() -> bool:
-    """Whether this machine has the AIO system calls (Linux on x86-64 or aarch64)."""
-    if platform.system() != "Linux" or platform.machine() not in _SYSCALLS:
-        return False
-    try:
-        AioContext(1).close()
-    except OSError:
-        return False
-    return True
-
-
 def _call(name: str, *args: object) -> int:
     """The system call's result; retried on EINTR, an OSError on any other failure."""
     number = _SYSCALLS[platform.machine()][name]

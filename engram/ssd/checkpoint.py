@@ -9,12 +9,11 @@ them against ``config.json`` and streams each one's rows by range
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from engram.errors import EngramTableError
+from engram.model_config import has_model_config, read_model_config
 from engram.ssd.checkpoint_formats import CHECKPOINT_FORMATS, CheckpointFormat
 from engram.ssd.safetensors_files import checkpoint_entries
 from engram.ssd.sources import RowSource
@@ -62,7 +61,8 @@ def find_checkpoint_tables(checkpoint: Path, format_name: str | None = None) -> 
     if len(claimed) > 1:
         names = " and ".join(f.family for f in claimed)
         raise EngramTableError(f"checkpoint {checkpoint} holds tables of {names}: one family only")
-    tables = claimed[0].tables(checkpoint, entries, read_config(checkpoint))
+    config = read_model_config(checkpoint) if has_model_config(checkpoint) else None
+    tables = claimed[0].tables(checkpoint, entries, config)
     return CheckpointTables(claimed[0], tables)
 
 
@@ -70,17 +70,3 @@ def find_tables(checkpoint: Path, format_name: str | None = None) -> dict[int, R
     """Every n-gram table in ``checkpoint``, by decoder layer (see
     :func:`find_checkpoint_tables`)."""
     return find_checkpoint_tables(checkpoint, format_name).tables
-
-
-def read_config(checkpoint: Path) -> dict[str, Any] | None:
-    """``checkpoint/config.json``, or ``None`` when there is none."""
-    path = checkpoint / "config.json"
-    if not path.exists():
-        return None
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise EngramTableError(f"{path} is unreadable: {err}") from err
-    if not isinstance(config, dict):
-        raise EngramTableError(f"{path} is no JSON object")
-    return config

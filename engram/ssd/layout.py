@@ -113,17 +113,6 @@ class DiskLayout:
         blocks = -(-rows // self.rows_per_block)
         return first, rows, blocks * self.block_bytes
 
-    def row_offsets(self, ids: np.ndarray) -> np.ndarray:
-        """Byte offset of each row id (int64)."""
-        ids = ids.astype(np.int64, copy=False)
-        rpb = self.rows_per_block
-        return (ids // rpb) * self.block_bytes + (ids % rpb) * self.row_bytes
-
-    def first_pages(self, ids: np.ndarray) -> np.ndarray:
-        """Index of the first page holding each row (a row spans ``pages_per_block``
-        pages only when it is wider than a page)."""
-        return (ids.astype(np.int64, copy=False) // self.rows_per_block) * self.pages_per_block
-
     def pack(self, rows: np.ndarray) -> np.ndarray:
         """Packed rows ``[k, row_bytes]`` (uint8, starting on a block boundary) as the
         bytes of whole blocks, the last one zero-padded."""

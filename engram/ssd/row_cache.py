@@ -5,7 +5,7 @@ set-associative layout with LRU replacement inside each set
 (:mod:`engram.ssd.kernels.cache`). A lookup makes one pass that copies its hits out
 (:meth:`RowCache.take`) and, once the rest is read from the file, one pass that admits
 them (:meth:`RowCache.put`). A seed profile fills empty slots ahead of traffic
-(:meth:`RowCache.seed`, :mod:`engram.ssd.seeding`). Hits and misses are counted per
+(:meth:`RowCache.seed`, :mod:`engram.tables.ssd.seeding`). Hits and misses are counted per
 distinct row of a probe, apart by who probed (:data:`PROBERS`): a lookup, or a read-ahead
 fill of a prompt (at admission) or of a decode step. The hits and misses of a table's
 lookups add up to the rows they looked up here; a read-ahead fill probes before it reads

@@ -18,7 +18,7 @@ import torch
 from engram.errors import EngramInputError, EngramTableError
 from engram.fp8 import FP8_BLOCK, as_uint8
 from engram.row_formats import E4m3Ue8m0Rows, RowFormat
-from engram.ssd.prefetch import PrefetchHandle
+from engram.rows.read_ahead import ReadAheadHandle
 from engram.tables.timing import LookupClock
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class EngramTable(ABC):
     def memory(self) -> dict[str, int]:
         """Bytes this table holds per tier (``hbm``, ``dram``, ``ssd``)."""
 
-    def prefetch(self, row_ids: torch.Tensor, *, urgent: bool = False) -> PrefetchHandle | None:
+    def read_ahead(self, row_ids: torch.Tensor, *, urgent: bool = False) -> ReadAheadHandle | None:
         """Start reading ``row_ids``' rows ahead of their lookup (``urgent``: before the
         reads started without it); ``None`` where the lookups read nothing that reading
         ahead would hide (every placement but ssd)."""

@@ -6,7 +6,7 @@ holds and asks the wrapped table only for the rest, then caches those. Rows are 
 as the bf16 values the wrapped table returned, so results stay bit-identical. On a CPU
 device the cache is simply CPU memory; lookups captured in a CUDA graph bypass it. The
 wrapper reports its placement as the wrapped table's, the bytes it served under
-``hbm``, and its hit ratio in ``stats()``; it passes ``prefetch`` on to the wrapped
+``hbm``, and its hit ratio in ``stats()``; it passes ``read_ahead`` on to the wrapped
 table.
 """
 
@@ -20,9 +20,9 @@ import torch
 
 from engram.errors import EngramTableError
 from engram.files import MIB
-from engram.ssd.prefetch import PrefetchHandle
-from engram.ssd.seeding import SEED_BATCH_ROWS, SeedRows, fitting
-from engram.ssd.set_assoc import SetAssociativeIndex
+from engram.rows.read_ahead import ReadAheadHandle
+from engram.rows.seed_rows import SEED_BATCH_ROWS, SeedRows, fitting
+from engram.rows.set_assoc import SetAssociativeIndex
 from engram.tables.base import EngramTable
 
 logger = logging.getLogger(__name__)
@@ -113,8 +113,8 @@ class HotRowCache(EngramTable):
             time.perf_counter() - started,
         )
 
-    def prefetch(self, row_ids: torch.Tensor, *, urgent: bool = False) -> PrefetchHandle | None:
-        return self.inner.prefetch(row_ids, urgent=urgent)
+    def read_ahead(self, row_ids: torch.Tensor, *, urgent: bool = False) -> ReadAheadHandle | None:
+        return self.inner.read_ahead(row_ids, urgent=urgent)
 
     def stats(self) -> dict[str, float]:
         return {

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import torch
 
 from engram.errors import EngramTableError
+from engram.rows.read_ahead import DEFAULT_READ_AHEAD_BYTES
+from engram.rows.seed_rows import SeedRows
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
-from engram.ssd.prefetch import DEFAULT_PREFETCH_BYTES
 from engram.ssd.readers import DEFAULT_READER
-from engram.ssd.seeding import SeedRows
 from engram.ssd.sources import RowSource
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class TableOptions:
     source: RowSource | None = field(default=None, compare=False, repr=False)
     read: str = DEFAULT_READER
     ram_cache_bytes: int = 0
-    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES
+    read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES
     verify: str = "quick"
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     seed: SeedRows | None = field(default=None, compare=False, repr=False)

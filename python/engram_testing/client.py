@@ -1,6 +1,7 @@
 """Requests to a running SGLang server or router, as the tests and the serving benchmarks
 send them: a POST whose error status is returned, greedy generation by token ids or text,
-and the plugin's ``sglang:engram_*`` samples of ``/metrics``, settled or grown."""
+and the plugin's ``sglang:engram_*`` samples of ``/metrics``, settled or grown (or parsed
+from a text, as ``cluster status`` reads its gauges)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,12 @@ def metrics(url: str, labelled: bool = False) -> dict[str, float]:
                     key += "{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}"
                 out[key] = out.get(key, 0.0) + s.value
     return out
+
+
+def parse_engram_gauges(text: str) -> list[dict]:
+    """``[{"name", "labels", "value"}]`` for each ``sglang:engram_*`` gauge sample in a
+    ``/metrics`` text, as ``cluster status`` reads a worker's."""
+    from sglang_engram.cluster.engram_gauges import gauges
+    from sglang_engram.metrics.scrape import parse_engram_samples
+
+    return gauges(parse_engram_samples(text))

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from engram.cli import Parser, directory, number, run
+from engram.cli import Parser, number, run
+from engram.cli_paths import directory
 from engram.model.safetensors_stream import write_safetensors
 from engram.model.tokenizer import asset_bytes, tokenizer_config
 from engram_testing import qwen4_tiny_weights as tiny_weights

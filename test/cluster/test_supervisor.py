@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from sglang_engram.cluster.engram_gauges import parse_engram_gauges, summarize
+from engram_testing.client import parse_engram_gauges
+from sglang_engram.cluster.engram_gauges import summarize
 from sglang_engram.cluster.spec import RestartPolicy
 from sglang_engram.cluster.supervisor import PROBE_EVERY_S, ProcessCommand, ProcessSupervisor
 

@@ -34,7 +34,7 @@ def test_host_tables_built_in_a_device_context_live_on_the_host(tmp_path: Path) 
             "ssd", weight, scale, device="cpu", path=tmp_path / "t", ram_cache_bytes=1 << 16
         )
         dram = create_table("dram", weight, scale, device="cpu")
-        handle = ssd.prefetch(ids)
+        handle = ssd.read_ahead(ids)
     assert handle.wait()
     handle.release()  # its rows went through the RAM cache: lookups now hit there
     assert dram.weight.device.type == "cpu"

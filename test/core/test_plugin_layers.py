@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from test.core.import_graph import imports as _imports
+from test.core.import_graph import layer_of, module_name, package_of, upward_imports
+
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "python" / "sglang_engram"
 
@@ -25,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "sglang_engram",
             "sglang_engram.args",
-            "sglang_engram.lookahead",
+            "sglang_engram.read_ahead",
             "sglang_engram.metrics",
             "sglang_engram.integration",
         ),
@@ -52,37 +55,8 @@ BELOW = {
 }
 
 
-def _module_name(path: Path, root: Path) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _imports(path: Path, package: str) -> Iterator[str]:
-    """Every absolute module name ``path`` imports (relative imports resolved)."""
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
-            yield module
-            # ``from package import module`` imports the module
-            yield from (f"{module}.{alias.name}" for alias in node.names)
-
-
 def _layer(module: str) -> int | None:
-    best: tuple[int, int] | None = None
-    for index, (_, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
-                if best is None or len(prefix) > best[1]:
-                    best = (index, len(prefix))
-    return None if best is None else best[0]
+    return layer_of(module, LAYERS)
 
 
 def _plugin_modules() -> Iterator[tuple[str, Path]]:
@@ -90,7 +64,7 @@ def _plugin_modules() -> Iterator[tuple[str, Path]]:
         # NOTE: the sgl_kernel stand-in is a package of its own, put on sys.path
         if "sgl_kernel" in path.relative_to(PLUGIN).parts:
             continue
-        yield _module_name(path, PLUGIN.parent), path
+        yield module_name(path, PLUGIN.parent), path
 
 
 def _family(module: str) -> str | None:
@@ -105,17 +79,7 @@ def test_every_plugin_module_has_a_layer() -> None:
 
 
 def test_plugin_imports_run_down_the_layers() -> None:
-    upward: list[str] = []
-    for module, path in _plugin_modules():
-        own = _layer(module)
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for imported in set(_imports(path, package)):
-            theirs = _layer(imported)
-            if theirs is not None and theirs > own:
-                upward.append(
-                    f"{module} ({LAYERS[own][0]}) imports {imported} ({LAYERS[theirs][0]})"
-                )
-    assert upward == []
+    assert upward_imports(dict(_plugin_modules()), LAYERS) == []
 
 
 def test_a_family_imports_no_other_family_but_its_base() -> None:
@@ -124,8 +88,7 @@ def test_a_family_imports_no_other_family_but_its_base() -> None:
         family = _family(module)
         if family is None:
             continue
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for imported in set(_imports(path, package)):
+        for imported in set(_imports(path, package_of(module, path))):
             other = _family(imported)
             if other not in (None, family) and other not in FAMILY_BASES.get(family, set()):
                 crossing.append(f"{module} imports {imported}")
@@ -137,9 +100,8 @@ def test_the_libraries_below_the_plugin_never_import_up(library: str) -> None:
     root = ROOT / "sgl-kernel" if library == "engram_kernels" else ROOT
     found: list[str] = []
     for path in sorted((root / library).rglob("*.py")):
-        module = _module_name(path, root)
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for imported in set(_imports(path, package)):
+        module = module_name(path, root)
+        for imported in set(_imports(path, package_of(module, path))):
             if imported.split(".")[0] in BELOW[library]:
                 found.append(f"{module} imports {imported}")
     assert found == []

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from engram_testing.plain import total_table_bytes
 
 from engram import EngramConfigError, EngramSpec
 from engram.presets import DSV41_FLASH
@@ -50,13 +51,13 @@ def test_layout_and_multipliers_match_upstream(trial: int) -> None:
 def test_dsv41_flash_numbers() -> None:
     spec = EngramSpec.from_hf_config(DSV41)
     assert spec.prime_sums == (384_006_168, 384_016_682)
-    assert spec.rows_per_token == 48 and spec.row_bytes == 264
+    assert spec.n_layers * spec.n_cols == 48 and spec.row_bytes == 264
     mult = spec.multipliers()
     assert mult[0].tolist() == [76632096046245, 4839876093313, 35959672319349, 73987337458391]
     assert mult[1].tolist() == [67716810739261, 51510806800915, 30921347202721, 82619226485591]
     all_primes = sorted(p for layer in spec.primes for order in layer for p in order)
     assert len(set(all_primes)) == 48 and all_primes[0] > 16_000_000
-    assert round(spec.total_table_bytes / 2**30, 2) == 188.83
+    assert round(total_table_bytes(spec) / 2**30, 2) == 188.83
 
 
 def test_config_object_with_attributes() -> None:

@@ -146,7 +146,7 @@ def test_off_is_built_by_the_class_registered_for_it(monkeypatch: pytest.MonkeyP
     table = create_table("off", None, None, num_rows=rows, head_dim=dim)
     assert type(table) is RegisteredOff and (table.num_rows, table.head_dim) == (rows, dim)
     # every table answers the whole interface: nothing to read ahead, no extra counts
-    assert table.prefetch(torch.randint(0, rows, (5,))) is None and table.stats() == {}
+    assert table.read_ahead(torch.randint(0, rows, (5,))) is None and table.stats() == {}
 
 
 def test_options_a_placement_does_not_take_are_one_error(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import torch
 
 from engram.eval import gate_scan
 from engram.eval.__main__ import main
-from engram.module import v41_gate_values
+from engram.layer import v41_gate_values
 
 
 def _segments(cfg, n: int = 3) -> list[list[int]]:

@@ -14,7 +14,7 @@ from sglang_engram.protocol.runtime import get_runtime
 from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
-from engram.ssd.seeding import SeedRows
+from engram.rows.seed_rows import SeedRows
 from engram.tables import create_table
 from test.plugin.tiny import random_table
 
@@ -112,10 +112,10 @@ def test_ssd_table_stats_are_exported(metrics, layers, tmp_path):
         ids = torch.randint(0, rows, (random.randint(20, 60),))
         table.lookup(ids)
         table.lookup(ids)  # the second time from the RAM cache
-        handle = table.prefetch(ids[:5])
+        handle = table.read_ahead(ids[:5])
         table.lookup(ids[:5])
         fresh = torch.randint(0, rows, (random.randint(20, 60),))
-        step = table.prefetch(torch.cat([ids[:3], fresh]), urgent=True)
+        step = table.read_ahead(torch.cat([ids[:3], fresh]), urgent=True)
         assert step.wait(30)
         metrics.update()
         stats = table.stats()
@@ -128,7 +128,7 @@ def test_ssd_table_stats_are_exported(metrics, layers, tmp_path):
             ("ssd_ram_cache_prompt_ahead_misses", "ram_cache_prompt_ahead_misses"),
             ("ssd_ram_cache_decode_ahead_hits", "ram_cache_decode_ahead_hits"),
             ("ssd_ram_cache_decode_ahead_misses", "ram_cache_decode_ahead_misses"),
-            ("ssd_prefetch_hits", "prefetch_hits"),
+            ("ssd_prefetch_hits", "read_ahead_hits"),
             ("ssd_io_errors", "io_errors"),
             ("ssd_lookup_read_seconds", "lookup_read_seconds"),
             ("ssd_ahead_read_seconds", "ahead_read_seconds"),

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from sglang_engram.lookahead import ssd_read_ahead as read_ahead
 from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
 from sglang_engram.protocol.runtime import get_runtime
 from sglang_engram.protocol.server_config import EngramServerConfig
+from sglang_engram.read_ahead import ssd as read_ahead
 from sglang_engram.tables import served as table_registry
 
 from engram.fp8 import quantize_rows
@@ -67,10 +67,10 @@ def test_admitted_prompt_rows_come_from_the_prefetch(served) -> None:
     hasher, tables, references = served
     prompt = torch.randint(0, hasher.vocab_size, (200,))
     assert (
-        read_ahead.prefetch_prompt(get_runtime(), prompt.tolist()) == []
+        read_ahead.read_ahead_prompt(get_runtime(), prompt.tolist()) == []
     )  # no hasher registered yet
     table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
-    handles = read_ahead.prefetch_prompt(get_runtime(), prompt.tolist())
+    handles = read_ahead.read_ahead_prompt(get_runtime(), prompt.tolist())
     assert len(handles) == hasher.spec.n_layers
     # NOTE: a prefill runs after its admission; a lookup reads for itself the rows of a
     # handle the read-ahead thread has not reached yet.
@@ -78,7 +78,7 @@ def test_admitted_prompt_rows_come_from_the_prefetch(served) -> None:
     row_ids = hasher.hash(prompt)
     for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
         _assert_rows(table, ref, row_ids[:, i])
-        assert table.stats()["prefetch_hits"] == torch.unique(row_ids[:, i]).numel()
+        assert table.stats()["read_ahead_hits"] == torch.unique(row_ids[:, i]).numel()
 
 
 def test_decode_steps_read_one_step_ahead(served) -> None:
@@ -102,12 +102,12 @@ def test_decode_steps_read_one_step_ahead(served) -> None:
     for req in reqs:
         req.output_ids.append(random.randrange(hasher.vocab_size))
     read_ahead.after_process_batch_result(get_runtime())(None, overlapped, batch)
-    assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)  # would be too late
+    assert all(t.stats()["read_ahead_bytes_held"] == 0 for t in tables)  # would be too late
     scheduler = SimpleNamespace(enable_overlap=False)
     for step in range(4):
         for req in reqs:
             req.output_ids.append(random.randrange(hasher.vocab_size))
-        before = [t.stats()["prefetch_hits"] for t in tables]
+        before = [t.stats()["read_ahead_hits"] for t in tables]
         read_ahead.after_process_batch_result(get_runtime())(None, scheduler, batch)
         # the next decode step looks up the n-grams ending at each newest token
         row_ids = torch.stack(
@@ -115,9 +115,9 @@ def test_decode_steps_read_one_step_ahead(served) -> None:
         )
         for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
             _assert_rows(table, ref, row_ids[:, i])
-            hits = table.stats()["prefetch_hits"] - before[i]
+            hits = table.stats()["read_ahead_hits"] - before[i]
             assert hits == torch.unique(row_ids[:, i]).numel(), f"step {step} layer {i}"
-            held = table.stats()["prefetch_bytes_held"]
+            held = table.stats()["read_ahead_bytes_held"]
             assert held == torch.unique(row_ids[:, i]).numel() * table.row_bytes  # one handle
 
 
@@ -132,7 +132,7 @@ def test_overlap_scheduler_reads_one_step_ahead_from_the_launched_result(served,
     from sglang.srt.managers.utils import GenerationBatchResult
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.sampling.sampling_params import SamplingParams
-    from sglang_engram.lookahead import overlap_read_ahead as overlap
+    from sglang_engram.read_ahead import overlap
 
     hasher, tables, references = served
     table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
@@ -151,7 +151,7 @@ def test_overlap_scheduler_reads_one_step_ahead_from_the_launched_result(served,
         sampled.append(tokens.tolist())
         result = GenerationBatchResult(next_token_ids=tokens, copy_done=torch.cpu.Event())
         result.copy_done.record()
-        before = [t.stats()["prefetch_hits"] for t in tables]
+        before = [t.stats()["read_ahead_hits"] for t in tables]
         overlap.read_next_step(get_runtime(), result, scheduler, batch)
         reader.drain()
         if step:  # the scheduler processes the previous step only now
@@ -162,7 +162,7 @@ def test_overlap_scheduler_reads_one_step_ahead_from_the_launched_result(served,
         row_ids = torch.stack([hasher.hash(torch.tensor(w))[-1] for w in windows])
         for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
             _assert_rows(table, ref, row_ids[:, i])
-            hits = table.stats()["prefetch_hits"] - before[i]
+            hits = table.stats()["read_ahead_hits"] - before[i]
             assert hits == torch.unique(row_ids[:, i]).numel(), f"step {step} layer {i}"
     reader.close()
     # the scheduler without overlap reads ahead from process_batch_result instead
@@ -181,7 +181,7 @@ def test_finished_requests_are_not_read_ahead(served) -> None:
     req.finished_reason = FINISH_LENGTH(length=1)
     scheduler = SimpleNamespace(enable_overlap=False)  # stands in for SGLang's Scheduler
     read_ahead.after_process_batch_result(get_runtime())(None, scheduler, ScheduleBatch(reqs=[req]))
-    assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
+    assert all(t.stats()["read_ahead_bytes_held"] == 0 for t in tables)
 
 
 def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
@@ -198,12 +198,12 @@ def test_a_tp_shard_reads_only_the_rows_it_holds(tmp_path: Path) -> None:
         table_registry.add(get_runtime().tables, spec.layer_ids[0], shard, row_start=start)
         table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
         prompt = torch.randint(0, hasher.vocab_size, (300,))
-        assert len(read_ahead.prefetch_prompt(get_runtime(), prompt.tolist())) == 1
+        assert len(read_ahead.read_ahead_prompt(get_runtime(), prompt.tolist())) == 1
         ids = hasher.hash(prompt)[:, 0].reshape(-1)
         owned = ids[(ids >= start) & (ids < end)]
         got = shard.lookup(owned - start)
         assert torch.equal(got.view(torch.int16), reference.lookup(owned).view(torch.int16))
-        assert shard.stats()["prefetch_hits"] == torch.unique(owned).numel()
+        assert shard.stats()["read_ahead_hits"] == torch.unique(owned).numel()
     finally:
         get_runtime().reset()
         shard.close()
@@ -219,7 +219,7 @@ def test_dsv4_model_hands_its_hash_constants_to_the_read_ahead(
     for DeepseekV4ForCausalLM (a full DeepSeek-V4.1 model, not built here): the module
     holding upstream's hasher and config, as DeepseekV4Model does."""
     from sglang.srt.layers.engram import EngramHasher, EngramLayout, build_compressed_token_map
-    from sglang_engram.lookahead.ssd_read_ahead import after_load_model
+    from sglang_engram.read_ahead.ssd import after_load_model
     from transformers import AutoTokenizer
 
     (tmp_path / "tokenizer.json").write_bytes(ASSET.read_bytes())
@@ -273,7 +273,7 @@ def test_admission_hook_reads_what_the_prefill_will_look_up(served) -> None:
     req = Req("r", "", prompt, SamplingParams())
     decode_worker = SimpleNamespace(disaggregation_mode=DisaggregationMode.DECODE)
     read_ahead.after_add_request_to_queue(get_runtime())(None, decode_worker, req)
-    assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
+    assert all(t.stats()["read_ahead_bytes_held"] == 0 for t in tables)
     # a retracted request re-prefills its prompt and the outputs it had
     req.output_ids.extend(torch.randint(0, hasher.vocab_size, (7,)).tolist())
     single = SimpleNamespace(disaggregation_mode=DisaggregationMode.NULL)
@@ -281,7 +281,7 @@ def test_admission_hook_reads_what_the_prefill_will_look_up(served) -> None:
     row_ids = hasher.hash(torch.tensor(prompt + list(req.output_ids)))
     for i, table in enumerate(tables):
         table.lookup(row_ids[:, i])
-        assert table.stats()["prefetch_hits"] == torch.unique(row_ids[:, i]).numel()
+        assert table.stats()["read_ahead_hits"] == torch.unique(row_ids[:, i]).numel()
 
 
 def test_a_prompts_read_ahead_is_released_once_its_prefill_ran(served) -> None:
@@ -321,11 +321,11 @@ def test_a_prompts_read_ahead_is_released_once_its_prefill_ran(served) -> None:
     assert all(read_ahead.PROMPT_HANDLES not in vars(r) for r in (reqs[0], reqs[2]))
     kept = vars(chunked)[read_ahead.PROMPT_HANDLES]
     assert all(h.wait(30) and h.nbytes > 0 for h in kept)  # read: its size is settled
-    assert [t.stats()["prefetch_bytes_held"] for t in tables] == [h.nbytes for h in kept]
+    assert [t.stats()["read_ahead_bytes_held"] for t in tables] == [h.nbytes for h in kept]
     # its last chunk runs: released too; its rows read again are the same rows
     chunked.is_chunked = 0
     assert read_ahead.release_prefilled(get_runtime(), batch) == n_layers
-    assert all(t.stats()["prefetch_bytes_held"] == 0 for t in tables)
+    assert all(t.stats()["read_ahead_bytes_held"] == 0 for t in tables)
     row_ids = hasher.hash(torch.tensor(chunked.origin_input_ids))
     for i, (table, ref) in enumerate(zip(tables, references, strict=True)):
         _assert_rows(table, ref, row_ids[:, i])

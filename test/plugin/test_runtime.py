@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 from sglang_engram.integration.cpu_serving import CPU_ENGINE_VAR
-from sglang_engram.lookahead import ssd_read_ahead
 from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher
 from sglang_engram.protocol.runtime import get_runtime
 from sglang_engram.protocol.server_config import (
     ENV_VAR,
     EngramServerConfig,
 )
+from sglang_engram.read_ahead import ssd as ssd_read_ahead
 from sglang_engram.tables import served as table_registry
 from sglang_engram.tables import weight_filter
 
@@ -141,8 +141,8 @@ def test_reset_forgets_what_serving_built_and_keeps_registration(
     table_registry.add(get_runtime().tables, layer, table)
     table_registry.set_hasher(get_runtime().tables, EngramRowHasher(hasher))
     tokens = torch.randint(0, spec.vocab_size, (random.randint(1, 8),)).tolist()
-    assert ssd_read_ahead.prefetch_next_step(get_runtime(), [(tokens, tokens[-1:])]) == 1
-    assert table.stats()["prefetch_bytes_held"] > 0
+    assert ssd_read_ahead.read_ahead_next_step(get_runtime(), [(tokens, tokens[-1:])]) == 1
+    assert table.stats()["read_ahead_bytes_held"] > 0
     assert get_runtime().serving_config() == config and fresh_runtime.config_json_reads == 1
 
     fresh_runtime.reset()
@@ -154,7 +154,7 @@ def test_reset_forgets_what_serving_built_and_keeps_registration(
     assert not weight_filter.is_skipped(
         get_runtime().skips, f"model.layers.{layer}.engram.embed.weight"
     )
-    assert table.stats()["prefetch_bytes_held"] == 0
+    assert table.stats()["read_ahead_bytes_held"] == 0
     assert fresh_runtime.model is None and fresh_runtime.config_json_reads == 0
     assert get_runtime().serving_config() == EngramServerConfig()
     assert sglang_with_plugin.hook_status(fresh_runtime.hooks) == applied

@@ -18,10 +18,10 @@ from engram.fp8 import dequantize_rows
 from engram.hashing import NgramHasher
 from engram.model.directory import read_config
 from engram.profile import HashIdentity, RowProfile, load_tokenizer, make_profile, model_hasher
+from engram.rows.seed_rows import fitting
 from engram.spec import EngramSpec
 from engram.ssd.directory import shard_name
 from engram.ssd.row_cache import RowCache
-from engram.ssd.seeding import fitting
 from test.plugin.tiny import random_token_map, tiny_config, write_model_dir
 from test.ssd.helpers import write_checkpoint
 

@@ -6,6 +6,7 @@ import logging
 import shutil
 
 import pytest
+from engram_testing.plain import total_table_bytes
 from sglang_engram.args.startup_checks import (
     EngramStartupError,
     check_hot_cache_fits,
@@ -70,13 +71,13 @@ def test_ssd_directory_too_small_says_how_much_is_needed(tmp_path):
     spec = EngramSpec.from_hf_config(
         engram_fields(layer_ids=(1,), head_dim=head_dim, vocab_start=start)
     )
-    assert spec.total_table_bytes > free
+    assert total_table_bytes(spec) > free
     config = EngramServerConfig(offload="ssd", ssd_dir=str(tmp_path / "ssd"))
     with pytest.raises(EngramStartupError) as exc:
         check_startup(get_runtime(), config, model_path=str(model))
     # The tables' size on disk: rows in page-aligned blocks, 3.4 % over the rows' bytes.
     on_disk = DiskLayout(spec.num_embeddings[0], head_dim).file_bytes
-    assert on_disk > spec.total_table_bytes * 1.03
+    assert on_disk > total_table_bytes(spec) * 1.03
     needed = f"need {on_disk / (1 << 30):.2f} GiB more ({on_disk:,} bytes on disk)"
     assert needed in str(exc.value) and "GiB free" in str(exc.value)
 

@@ -37,9 +37,9 @@ from sglang_engram.integration.kernel_standin.dsv4 import DSV4_STANDINS
 from engram.files import GIB
 from engram.model.corpus import split_documents, stdlib_documents
 from engram.profile import RowProfile
+from engram.rows.seed_rows import fitting
 from engram.spec import EngramSpec
 from engram.ssd.row_cache import RowCache
-from engram.ssd.seeding import fitting
 from test.serving.dsv41_served import CHUNK, NEW_TOKENS, random_prompts, serve_all, started
 from test.serving.request_fuzz import ci_share, fuzz_and_check, target_of
 

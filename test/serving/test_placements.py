@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from engram_testing.client import flush_prefix_cache, generate_ids, metrics, post, settled_metrics
+from engram_testing.plain import total_table_bytes
 from engram_testing.reference import agreement, agreement_all, load_reference, random_prompts
 from engram_testing.server import sglang_server
 
@@ -148,7 +149,7 @@ def test_metrics_count_the_rows_each_request_looks_up(server, reference, spec):
     )
     assert 0 < unique <= 2 * tokens * spec.n_cols
     assert read == unique * spec.row_bytes
-    table = spec.total_table_bytes
+    table = total_table_bytes(spec)
     held = {
         tier: after.get(f"sglang:engram_table_bytes{{tier={tier}}}", 0)
         for tier in ("hbm", "dram", "ssd")

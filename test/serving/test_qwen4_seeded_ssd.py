@@ -26,9 +26,9 @@ from engram.files import GIB
 from engram.model.corpus import split_documents, stdlib_documents
 from engram.profile import RowProfile, load_tokenizer, profile_hash
 from engram.row_formats import E4m3TensorScaleRows
+from engram.rows.seed_rows import fitting
 from engram.ssd.checkpoint_formats.ple_config import PleConfig
 from engram.ssd.row_cache import RowCache
-from engram.ssd.seeding import fitting
 from test.serving.qwen4_served import ARGS, assert_agree, teacher_forced_gaps
 
 pytestmark = pytest.mark.slow

@@ -32,9 +32,9 @@ from engram.files import GIB
 from engram.model.corpus import split_documents, stdlib_documents
 from engram.model.tokenizer import load_tokenizer
 from engram.profile import RowProfile
+from engram.rows.seed_rows import fitting
 from engram.spec import EngramSpec
 from engram.ssd.row_cache import RowCache
-from engram.ssd.seeding import fitting
 from test.ssd.helpers import REPO
 
 pytestmark = pytest.mark.slow

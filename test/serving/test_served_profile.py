@@ -19,8 +19,8 @@ from engram_testing.server import sglang_server
 
 from engram.files import GIB
 from engram.profile import RowProfile
+from engram.rows.seed_rows import fitting
 from engram.ssd.row_cache import RowCache
-from engram.ssd.seeding import fitting
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ class GatedReader(PreadReader):
     ahead_reads: list[int] = []  # how many rows each read of the read-ahead thread asked for
 
     def read_rows(self, ids: np.ndarray, out: np.ndarray, at: np.ndarray = ALL_ROWS) -> None:
-        if threading.current_thread().name == "engram-prefetch":
+        if threading.current_thread().name == "engram-read-ahead":
             GatedReader.ahead_reads.append(ids.size)
             GatedReader.entered.set()
             GatedReader.gate.wait(timeout=60)

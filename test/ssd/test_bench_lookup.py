@@ -30,7 +30,7 @@ def test_a_tiny_run_reports_every_figure(tmp_path: Path) -> None:
     sizes = result["steps"]["sizes"]
     assert set(sizes) == {"384", "3072"}
     assert all(s["host_us_per_row"] > 0 and s["total_ms"] > 0 for s in sizes.values())
-    assert 0 <= result["prefetch_exposed_ratio"] <= 1
+    assert 0 <= result["read_ahead_exposed_ratio"] <= 1
     assert result["cold_resident_fraction"] < 0.01  # cold runs really read from the disk
     assert list(tmp_path.iterdir()) == []  # the temporary table is gone
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engram.rows.set_assoc import MISS, SetAssociativeIndex
 from engram.ssd.row_cache import RowCache
-from engram.ssd.set_assoc import MISS, SetAssociativeIndex
 from engram.ssd.sysmem import mincore
 from engram.tables import create_table
 from engram.tables.hot_cache import HotRowCache
@@ -52,14 +52,14 @@ def test_rows_from_read_ahead_count_as_ssd_and_ram_cache_hits_as_dram(tmp_path: 
     cached = _distinct(300)
     table.lookup(cached)  # now in the RAM cache
     ahead = _distinct(200, exclude=cached)
-    assert table.prefetch(ahead).wait(30)
+    assert table.read_ahead(ahead).wait(30)
     fresh = _distinct(50, exclude=torch.cat([cached, ahead]))
     both = torch.cat([cached[:100], ahead, fresh])
     before = dict(table.counters.bytes_read)
     assert torch.equal(table.lookup(both), dram.lookup(both))
     got = {k: v - before.get(k, 0) for k, v in table.counters.bytes_read.items()}
     assert got == {"ssd": 250 * ROW_BYTES, "dram": 100 * ROW_BYTES}
-    assert table.stats()["prefetch_hits"] == 200
+    assert table.stats()["read_ahead_hits"] == 200
     table.close()
 
 
@@ -73,13 +73,13 @@ def test_ram_cache_counts_lookups_and_the_read_ahead_apart_each_row_once(tmp_pat
     probed = 0  # distinct rows of the lookups that reach the RAM cache
     # a prompt read ahead at admission, then looked up exactly: all from its handle
     prompt = torch.randint(0, ROWS, (320,))
-    handles = [table.prefetch(prompt)]
+    handles = [table.read_ahead(prompt)]
     assert handles[0].wait(30)
     assert torch.equal(table.lookup(prompt), dram.lookup(prompt))
     # decode steps read one step ahead, the last one never looked up
     steps = [torch.randint(0, ROWS, (16,)) for _ in range(5)]
     for step in steps:
-        handles.append(table.prefetch(step, urgent=True))
+        handles.append(table.read_ahead(step, urgent=True))
         assert handles[-1].wait(30)
     for step in steps[:-1]:
         assert torch.equal(table.lookup(step), dram.lookup(step))
@@ -125,7 +125,7 @@ def test_ram_cache_counts_lookups_and_the_read_ahead_apart_each_row_once(tmp_pat
 
 SSD_STATS = {
     "ram_cache_hit_ratio", "ram_cache_hits", "ram_cache_misses", "ram_cache_bytes",
-    "prefetch_hits", "prefetch_bytes_held", "pages_requested", "io_errors",
+    "read_ahead_hits", "read_ahead_bytes_held", "pages_requested", "io_errors",
     "lookup_rows_read", "ahead_rows_read",
     "lookup_read_seconds", "ahead_read_seconds", "handle_wait_seconds",
     "seeded_rows", "seed_seconds",

@@ -33,7 +33,7 @@ def test_ssd_lookups_on_the_gpu_match_hbm(tmp_path: Path) -> None:
         assert got.device.type == "cuda"
         assert torch.equal(got, hbm.lookup(ids))
     ids = torch.randint(0, ROWS, (8, 48), device="cuda")
-    handle = ssd.prefetch(ids)
+    handle = ssd.read_ahead(ids)
     assert handle.wait(timeout=30) and handle.rows is not None and handle.rows.is_pinned()
     assert torch.equal(ssd.lookup(ids), hbm.lookup(ids))
     assert ssd.stats()["hot_cache_hits"] > 0

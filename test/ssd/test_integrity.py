@@ -121,7 +121,7 @@ def test_read_ahead_never_hands_out_damaged_rows(table_dir) -> None:
     damage_chunks(path, damaged)
     with create_table("ssd", None, None, path=path) as table:
         ids = torch.from_numpy(rows_of(layout, damaged)[::11].copy())
-        handle = table.prefetch(ids)
+        handle = table.read_ahead(ids)
         assert not handle.wait(60)  # the read-ahead failed the check
         with pytest.raises(EngramChecksumError):
             table.lookup(ids)

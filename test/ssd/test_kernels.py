@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import torch
 import xxhash
+from engram_testing.plain import row_offsets
 
+from engram.rows.read_ahead import ReadAheadHandle
 from engram.ssd import kernels
 from engram.ssd.block_hashes import chunk_hashes
 from engram.ssd.integrity import verify_table
 from engram.ssd.kernels.constants import COUNT, END_BLOCK, END_ROW, END_RUN, FIRST, SLOT
 from engram.ssd.layout import DiskLayout
 from engram.ssd.manifest import TableManifest
-from engram.ssd.prefetch import PrefetchHandle
 from engram.ssd.readers import reader_names
 from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
@@ -115,7 +116,7 @@ def test_a_plan_skips_blocks_in_memory_and_can_give_file_offsets() -> None:
     needed = np.unique(ids // layout.rows_per_block)
     assert read[needed[~skip[needed]]].all()  # every block not in memory is read
     assert not read[needed[skip[needed]]].any() or plan.window  # whole windows may cover some
-    assert np.array_equal(plan.row_at, layout.row_offsets(ids))
+    assert np.array_equal(plan.row_at, row_offsets(layout, ids))
     assert plan.b > 1 and plan.batches[-1, END_ROW] == ids.size
     assert plan.buffer_blocks() <= 64 + 8
     assert plan.batches[-1, END_BLOCK] == needed.size
@@ -188,7 +189,7 @@ def test_a_handles_filter_never_hides_a_row_it_holds() -> None:
     rng = np.random.default_rng()
     for _ in range(20):
         held = np.unique(rng.integers(0, 1 << 40, int(rng.integers(30, 5_000))))
-        handle = PrefetchHandle(held, keep_rows=True, row_bytes=3)
+        handle = ReadAheadHandle(held, keep_rows=True, row_bytes=3)
         handle._set_ids(held, np.arange(held.size))
         rows = rng.integers(0, 256, (held.size, 3), dtype=np.uint8)
         others = rng.integers(0, 1 << 40, int(rng.integers(1, 20_000)))
@@ -218,7 +219,7 @@ def test_every_kernel_has_its_one_signature_and_lookups_match_them(tmp_path: Pat
                 "ssd", weight, scale, path=tmp_path / "t", read=read, ram_cache_bytes=ram
             ) as table:
                 ids = torch.randint(0, 5_000, (64, 48))
-                assert table.prefetch(ids[:8]).wait(30)
+                assert table.read_ahead(ids[:8]).wait(30)
                 assert torch.equal(table.lookup(ids), dram.lookup(ids))
                 table.drop_page_cache()
                 assert torch.equal(table.lookup(ids[8:]), dram.lookup(ids[8:]))

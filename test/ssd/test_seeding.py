@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from engram.errors import EngramTableError
+from engram.rows.seed_rows import SeedRows, fitting
 from engram.ssd.row_cache import RowCache
-from engram.ssd.seeding import SeedRows, fitting
 from engram.tables import create_table
 from test.ssd.helpers import random_table
 

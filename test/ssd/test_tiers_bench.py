@@ -144,12 +144,12 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
     assert disk["before"] > 0 and disk["after"] > 0
     assert "the disk's random 4 KiB reads/s at depth 512" in proc.stdout
     assert summary["ssd_outputs_equal_dram"] == {"ssd-1/16": 1.0, "ssd-1/16-seeded": 1.0}
-    assert 0 <= summary["prefetch_exposed_ratio"] <= 1
+    assert 0 <= summary["read_ahead_exposed_ratio"] <= 1
     assert Path(summary["png"]).stat().st_size > 10_000
     assert "ssd_over_dram_throughput: c=2: " in proc.stdout
     # the seeded config: its profile made over the train split, its ratios and hit ratios
     assert (tmp_path / "profile.npz").is_file()
-    assert "profiling the stdlib's train split" in proc.stdout
+    assert "profiling the train split of transformers" in proc.stdout
     assert summary["seeding"]["ssd-1/16-seeded"]["rows"] > 0
     for key in ("seeded_ssd_over_dram_throughput", "seeded_ssd_over_dram_p90_tpot"):
         assert len(summary[key + "_per_repeat"]["2"]) == 2 and summary[key]["2"] > 0

@@ -174,10 +174,11 @@ class Workload:
 
 
 def text_pieces(model_dir: Path, tokens: int, pool: int) -> tuple[tuple[int, ...], ...]:
-    """``pool`` pieces of held-out stdlib source, ``tokens`` long each."""
+    """``pool`` pieces of the held-out benchmark text, ``tokens`` long each (an error
+    naming how many there are when there are fewer)."""
     from engram_testing.tiers.workload import heldout_ids
 
-    return tuple(tuple(p) for p in heldout_ids(model_dir, tokens)[:pool])
+    return tuple(tuple(p) for p in heldout_ids(model_dir, tokens, pool))
 
 
 @dataclass

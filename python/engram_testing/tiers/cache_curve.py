@@ -1,6 +1,6 @@
 """The RAM cache's hit ratio against its size, on the held-out prompts' prefill rows,
 empty at the start or seeded from a frequency profile as ``--engram-seed-profile`` seeds
-it (:func:`engram.ssd.seeding.seed_plan`); and its panel in the benchmark's PNG."""
+it (:func:`engram.tables.ssd.seeding.seed_plan`); and its panel in the benchmark's PNG."""
 
 from __future__ import annotations
 
@@ -9,9 +9,38 @@ from typing import Any
 
 import numpy as np
 
+from engram.profile import RowProfile
 from engram.ssd.row_cache import RowCache
-from engram.ssd.seeding import seed_plan
+from engram.tables.ssd.seeding import seed_plan
 from engram_testing.tiers.workload import model_hasher, prompt_rows
+
+CURVE_FRACTIONS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
+# the RAM-cache curves' labels: empty at start, seeded from the train-split profile, and
+# seeded with misses never admitted; each drawn in the colour of the config beside it,
+# and each its key in the benchmark's JSON
+CURVES = ("unseeded (LRU)", "seeded (LRU)", "seeded, misses not admitted")
+CURVE_CONFIGS = {CURVES[0]: "ssd-1/16", CURVES[1]: "ssd-1/16-seeded", CURVES[2]: "ssd-1/16-seeded"}
+CURVE_KEYS = dict(
+    zip(
+        CURVES,
+        ("cache_curve", "cache_curve_seeded", "cache_curve_seeded_no_admission"),
+        strict=True,
+    )
+)
+
+
+def heldout_curves(
+    model_dir: Path, pieces: list[list[int]], profile: Path | None
+) -> dict[str, dict[str, Any]]:
+    """Each curve over ``pieces`` at :data:`CURVE_FRACTIONS`, by label: an empty cache, and
+    with ``profile`` a seeded one and one seeded whose misses are never admitted (what the
+    profile alone covers)."""
+    curves = {CURVES[0]: cache_curve(model_dir, pieces, CURVE_FRACTIONS)}
+    if profile is not None:
+        seed = RowProfile.load(profile).rows
+        curves[CURVES[1]] = cache_curve(model_dir, pieces, CURVE_FRACTIONS, seed)
+        curves[CURVES[2]] = cache_curve(model_dir, pieces, CURVE_FRACTIONS, seed, admit=False)
+    return curves
 
 
 def cache_curve(

@@ -107,7 +107,7 @@ def run_figures(
         # NOTE: lookups' and read-ahead's probes together: what the RAM cache served
         "ram_all_hit_ratio": _hit_ratio([probes]),
         **probes,
-        "prefetch_hits": grown("ssd_prefetch_hits"),
+        "read_ahead_hits": grown("ssd_prefetch_hits"),
         "exposed_read_s": lookup + waits,
         "total_read_s": lookup + ahead,
         # NOTE: on a CPU-bound machine, CPU time per token is what a tier costs.
@@ -165,6 +165,39 @@ def repeat_ratios(runs: dict, num: str, den: str, figure: str) -> dict[str, list
     }
 
 
+RATIOS = [  # (JSON key, numerator config, denominator config, figure)
+    ("ssd_over_dram_throughput", "ssd-1/16", "dram", "total_tok_s"),
+    ("ssd_over_dram_p90_tpot", "ssd-1/16", "dram", "p90_tpot_ms"),
+    ("seeded_ssd_over_dram_throughput", "ssd-1/16-seeded", "dram", "total_tok_s"),
+    ("seeded_ssd_over_dram_p90_tpot", "ssd-1/16-seeded", "dram", "p90_tpot_ms"),
+    ("ssd_quarter_over_dram_throughput", "ssd-1/4", "dram", "total_tok_s"),
+    ("dram_over_off_throughput", "dram", "off", "total_tok_s"),
+    ("dram_over_off_p90_tpot", "dram", "off", "p90_tpot_ms"),
+]
+REPLAYED = ("replayed_ssd_over_dram_throughput", "ssd-1/16", "dram", "total_tok_s")
+
+
+def ratio_summary(runs: dict, replays: dict) -> dict[str, dict]:
+    """Each of :data:`RATIOS` (and :data:`REPLAYED` of the replays, if any): per
+    concurrency, its median over repeats and (``KEY_per_repeat``) its value in each."""
+    out: dict[str, dict] = {}
+    for source, (key, num, den, figure) in [(runs, r) for r in RATIOS] + (
+        [(replays, REPLAYED)] if replays else []
+    ):
+        per_repeat = repeat_ratios(source, num, den, figure)
+        out[key] = {c: median_of(r) for c, r in per_repeat.items()}
+        out[key + "_per_repeat"] = per_repeat
+    return out
+
+
+def print_ratios(summary: dict) -> None:
+    """The ratios of :func:`ratio_summary` that ``summary`` holds (ssd-1/4's left out)."""
+    keys = [key for key, *_ in RATIOS if "quarter" not in key] + [REPLAYED[0]]
+    for key in keys:
+        if summary.get(key + "_per_repeat"):
+            print(f"{key}: {describe_ratios(summary[key + '_per_repeat'])}")
+
+
 def describe_ratios(per_repeat: dict[str, list[float]]) -> str:
     """``c=8: 0.91 (0.88-0.95)``: the median and range over repeats, per concurrency."""
     return ", ".join(
@@ -195,7 +228,7 @@ def print_table(results: dict[str, dict[int, dict]]) -> None:
                 f"{_cell(r['disk_rows_s'] if ssd else None, '12.0f'):>12}"
                 f"{_cell(r['ram_cache_hit_ratio'], '8.3f'):>8}"
                 f"{_cell(r['ram_all_hit_ratio'], '7.3f'):>7}"
-                f"{_cell(r['prefetch_hits'] if ssd else None, '11.0f'):>11}"
+                f"{_cell(r['read_ahead_hits'] if ssd else None, '11.0f'):>11}"
                 f"{_cell(exposed_ratio([r]) if ssd else None, '8.3f'):>8}"
                 f"{_cell(r.get('server_cpu_ms_per_token'), '11.1f'):>11}"
             )

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import psutil
 
+from engram.model.builder import TRAINED_MODEL
+from engram.model.tokenizer import ASSET
 from engram_testing.client import settled_metrics
 from engram_testing.server import sglang_server
 
@@ -32,6 +34,8 @@ SEED_SECONDS = "sglang:engram_ssd_seed_seconds_total"
 # NOTE: the served model's backbone: the bundled trained one, which writes stdlib-like text
 # (its decode rows are as predictable as a deployment's), or random weights (random tokens).
 BACKBONES = {"text": "--text-backbone", "random": "--random"}
+# NOTE: the tokenizer each build writes: the trained model's, or the asset of random builds.
+BACKBONE_TOKENIZERS = {"text": TRAINED_MODEL, "random": ASSET}
 
 
 def build_model(table_gib: float, out: Path, backbone: str = "text") -> Path:
@@ -41,6 +45,12 @@ def build_model(table_gib: float, out: Path, backbone: str = "text") -> Path:
         check=True,
     )  # fmt: skip
     return out
+
+
+def tokenizer_of(model: Path, backbone: str) -> Path:
+    """The tokenizer of ``model``: its own once built, else the one its build writes (so
+    that prompts are counted before anything is built or started)."""
+    return model if (model / "tokenizer.json").is_file() else BACKBONE_TOKENIZERS[backbone]
 
 
 def seeded(name: str) -> bool:

@@ -1,7 +1,7 @@
 """Real-text prompts for ``bench_serving_tiers.py`` and the RAM-cache curve they give.
 
-Prompts are held-out Python source of this interpreter's standard library (the split
-``engram.model.corpus`` keeps out of training), cut into consecutive pieces and sent
+Prompts are the held-out split of the benchmark text (:mod:`engram_testing.bench_text`:
+a pinned package's sources, the same on every machine), cut into consecutive pieces and sent
 as token ids through ``sglang.benchmark.serving``'s ``random`` dataset, which reads
 prompts from a ShareGPT-style file (``--dataset-path``), tokenizes them with the
 model's tokenizer and cuts each to its drawn input length (``--tokenize-prompt`` sends
@@ -24,31 +24,51 @@ import torch
 
 from engram.hashing import NgramHasher
 from engram.model.config import TinyEngramConfig
-from engram.model.corpus import split_documents, stdlib_documents
 from engram.model.tokenizer import load_tokenizer
 from engram.token_map import build_token_map
+from engram_testing.bench_text import bench_text, too_little
 
 SLACK_TOKENS = 48  # a piece is this much longer than the prompt it must give
 PIECE_SEED = 17
 
 
-def heldout_ids(model_dir: Path, size: int) -> list[list[int]]:
-    """Held-out stdlib ``.py`` sources, tokenized, cut into consecutive pieces of
-    ``size`` tokens, in a fixed shuffled order."""
-    tokenizer = load_tokenizer(model_dir)
-    docs = [d for d in split_documents(stdlib_documents(), "heldout") if d.name.endswith(".py")]
+def heldout_ids(
+    tokenizer: Path, size: int, count: int | None = None, what: str = ""
+) -> list[list[int]]:
+    """The held-out benchmark text, tokenized by ``tokenizer`` (a model directory or a
+    ``tokenizer.json``), cut into consecutive pieces of ``size`` tokens, in a fixed shuffled
+    order; the first ``count`` (when there are fewer, an error naming how many ``what``
+    there are), or all."""
+    tokenizer = _tokenizer(tokenizer)
+    text = bench_text("heldout")
     pieces = []
-    for encoding in tokenizer.encode_batch([d.text for d in docs]):
+    for encoding in tokenizer.encode_batch(list(text.texts)):
         ids = encoding.ids
         pieces += [ids[i : i + size] for i in range(0, len(ids) - size, size)]
     random.Random(PIECE_SEED).shuffle(pieces)
-    return pieces
+    if count is None:
+        return pieces
+    if len(pieces) < count:
+        raise too_little(what or f"prompts of {size} tokens", len(pieces), count, text)
+    return pieces[:count]
 
 
-def heldout_pieces(model_dir: Path, tokens: int) -> list[str]:
-    """:func:`heldout_ids` pieces of ``tokens + SLACK_TOKENS`` tokens, as text."""
+def _tokenizer(source: Path):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(source)) if source.is_file() else load_tokenizer(source)
+
+
+def prompt_pieces(tokenizer: Path, tokens: int, count: int) -> list[list[int]]:
+    """The ``count`` pieces that prompts of ``tokens`` tokens are cut from (each
+    ``SLACK_TOKENS`` longer)."""
+    return heldout_ids(tokenizer, tokens + SLACK_TOKENS, count, f"prompts of {tokens} tokens")
+
+
+def heldout_pieces(model_dir: Path, tokens: int, count: int) -> list[str]:
+    """:func:`prompt_pieces` as text."""
     tokenizer = load_tokenizer(model_dir)
-    return [tokenizer.decode(ids) for ids in heldout_ids(model_dir, tokens + SLACK_TOKENS)]
+    return [tokenizer.decode(ids) for ids in prompt_pieces(model_dir, tokens, count)]
 
 
 def write_datasets(
@@ -56,13 +76,7 @@ def write_datasets(
 ) -> dict[str, Path]:
     """One ShareGPT-style file per label (a concurrency, a repeat) with ``counts[label]``
     pieces no other label gets."""
-    pieces = heldout_pieces(model_dir, input_len)
-    need = sum(counts.values())
-    if len(pieces) < need:
-        raise SystemExit(
-            f"error: the held-out stdlib sources give {len(pieces)} prompts of "
-            f"{input_len} tokens, {need} are needed; ask for fewer or shorter prompts"
-        )
+    pieces = heldout_pieces(model_dir, input_len, sum(counts.values()))
     files, start = {}, 0
     for label, n in counts.items():
         rows = [

@@ -9,22 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 from sglang_engram.metrics.names import PREFIX
-from sglang_engram.metrics.scrape import Sample, ScrapeError, parse_engram_samples, scrape_engram
-
-
-def parse_engram_gauges(text: str) -> list[dict[str, Any]]:
-    """``[{"name", "labels", "value"}]`` for each ``sglang:engram_*`` gauge sample in ``text``."""
-    return _gauges(parse_engram_samples(text))
+from sglang_engram.metrics.scrape import Sample, ScrapeError, scrape_engram
 
 
 def fetch_engram_gauges(metrics_url: str) -> list[dict[str, Any]]:
     try:
-        return _gauges(scrape_engram(metrics_url, timeout_s=3))
+        return gauges(scrape_engram(metrics_url, timeout_s=3))
     except ScrapeError:
         return []
 
 
-def _gauges(samples: list[Sample]) -> list[dict[str, Any]]:
+def gauges(samples: list[Sample]) -> list[dict[str, Any]]:
+    """``[{"name", "labels", "value"}]`` for each gauge of ``samples``."""
     return [
         {"name": s.name, "labels": s.labels, "value": s.value} for s in samples if s.kind == "gauge"
     ]

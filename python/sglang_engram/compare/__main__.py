@@ -5,15 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engram.cli import (
-    Parser,
-    RawDescriptionFormatter,
-    directory,
-    existing_file,
-    number,
-    run,
-    say,
-)
+from engram.cli import Parser, RawDescriptionFormatter, number, run, say
+from engram.cli_paths import directory, existing_file
 from sglang_engram.extras import require_extra
 
 _DESCRIPTION = """\
@@ -106,7 +99,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from sglang_engram.compare.costs import CostError, load_costs
-    from sglang_engram.compare.report import outside_notes, write_report
+    from sglang_engram.compare.report import write_report
+    from sglang_engram.compare.report_markdown import outside_notes
     from sglang_engram.compare.results import ResultsError
 
     def body() -> int:

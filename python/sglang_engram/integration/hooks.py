@@ -70,7 +70,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.model_executor.model_runner",
         "ModelRunner.load_model",
-        "sglang_engram.lookahead.ssd_read_ahead:after_load_model",
+        "sglang_engram.read_ahead.ssd:after_load_model",
         "AFTER",
         "hash prompts for the SSD read-ahead with the loaded model's constants (the "
         "family's row_hasher)",
@@ -79,7 +79,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler._add_request_to_queue",
-        "sglang_engram.lookahead.ssd_read_ahead:after_add_request_to_queue",
+        "sglang_engram.read_ahead.ssd:after_add_request_to_queue",
         "AFTER",
         "start reading an admitted request's Engram rows from SSD before its prefill",
         with_runtime=True,
@@ -87,7 +87,7 @@ SHARED_HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler.process_batch_result",
-        "sglang_engram.lookahead.ssd_read_ahead:after_process_batch_result",
+        "sglang_engram.read_ahead.ssd:after_process_batch_result",
         "AFTER",
         "start reading the next decode step's Engram rows from SSD once tokens are sampled",
         with_runtime=True,

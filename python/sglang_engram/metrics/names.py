@@ -53,7 +53,9 @@ SSD_COUNTERS = {
         "ram_cache_decode_ahead_misses",
         "Distinct Engram rows of decode steps' ssd read-ahead not in the RAM cache",
     ),
-    f"{PREFIX}ssd_prefetch_hits": ("prefetch_hits", "Engram rows served from SSD read-ahead"),
+    # NOTE: named before "read-ahead" was the one word for it, as --engram-prefetch is;
+    # kept, since dashboards and the sweeps' results files read it by this name.
+    f"{PREFIX}ssd_prefetch_hits": ("read_ahead_hits", "Engram rows served from SSD read-ahead"),
     f"{PREFIX}ssd_io_errors": ("io_errors", "Failed reads of Engram ssd table files"),
     f"{PREFIX}ssd_lookup_rows_read": ("lookup_rows_read", "Engram rows lookups read from ssd"),
     f"{PREFIX}ssd_ahead_rows_read": ("ahead_rows_read", "Engram rows read-ahead read from ssd"),

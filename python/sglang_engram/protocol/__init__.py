@@ -6,6 +6,6 @@ the per-process runtime state (:mod:`~sglang_engram.protocol.runtime`).
 
 Imports run one way through the plugin: ``protocol`` -> ``tables`` and ``forward``
 (what the families' layers share) -> ``models`` (the families) -> ``args``,
-``lookahead``, ``metrics`` and ``integration`` (SGLang's hooks) -> ``cluster``,
+``read_ahead``, ``metrics`` and ``integration`` (SGLang's hooks) -> ``cluster``,
 ``compare`` and ``doctor`` (the tools). ``test/core/test_layering.py`` checks it.
 """

@@ -105,7 +105,7 @@ class ModelFamily(ABC):
     def row_hasher(self, model: Any) -> RowHasher | None:
         """The hash the SSD read-ahead runs in the scheduler, built from the constants
         ``model`` (as SGLang loaded it) holds; ``None``: nothing of this family is read
-        ahead. Asked once the model is loaded, with ``ssd`` tables and prefetch on."""
+        ahead. Asked once the model is loaded, with ``ssd`` tables and read-ahead on (``--engram-prefetch``)."""
         return None
 
     def table_tensor_layer(self, name: str) -> int | None:

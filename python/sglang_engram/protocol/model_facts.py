@@ -8,11 +8,10 @@ ask reads the file and the runtime holds the answer
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from engram.model_config import has_model_config, read_model_config
 from sglang_engram.protocol.family import ModelFamily
 from sglang_engram.protocol.registry import family_of
 
@@ -42,12 +41,8 @@ def read_model_facts(path: str | None) -> ModelFacts:
     """The facts of the checkpoint at ``path`` (resolved; ``None``: no model path),
     read from its ``config.json`` (none there: ``hf_config`` is ``None``).
 
-    Raises ``OSError`` or ``ValueError`` (JSON that is not an object) for a
-    ``config.json`` that cannot be read."""
-    config_json = Path(path) / "config.json" if path else None
-    if config_json is None or not config_json.is_file():
+    Raises :class:`~engram.errors.EngramConfigError` naming the file for a
+    ``config.json`` that cannot be read (:func:`engram.model_config.read_model_config`)."""
+    if not path or not has_model_config(path):
         return ModelFacts(path, None)
-    hf_config = json.loads(config_json.read_text())
-    if not isinstance(hf_config, dict):
-        raise ValueError(f"{config_json} holds no JSON object")
-    return ModelFacts(path, hf_config)
+    return ModelFacts(path, read_model_config(path))

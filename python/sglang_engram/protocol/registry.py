@@ -41,14 +41,6 @@ def family_of(hf_config: HfConfig | None) -> ModelFamily | None:
     return next((family for family in families() if family.matches(hf_config)), None)
 
 
-def family_named(name: str) -> ModelFamily:
-    for family in families():
-        if family.name == name:
-            return family
-    known = ", ".join(f.name for f in families())
-    raise KeyError(f"no model family {name!r}; known: {known}")
-
-
 def table_tensor_layer(name: str) -> int | None:
     """The layer of a checkpoint tensor holding table rows of any family, else ``None``."""
     for family in families():

@@ -33,7 +33,7 @@ from sglang_engram.protocol.server_config import EngramServerConfig, config_from
 
 if TYPE_CHECKING:
     from engram.profile.upkeep import ProfileUpkeep
-    from engram.ssd.prefetch import PrefetchHandle
+    from engram.rows.read_ahead import ReadAheadHandle
     from sglang_engram.protocol.row_hasher import RowHasher
     from sglang_engram.protocol.served_table import ServedTable
 
@@ -50,7 +50,7 @@ class KernelChoice(Protocol):
 
 
 class Closable(Protocol):
-    """``lookahead.overlap_read_ahead``'s reader: closed when serving starts over."""
+    """``read_ahead.overlap``'s reader: closed when serving starts over."""
 
     def close(self) -> None: ...
 
@@ -123,11 +123,11 @@ class FailureState:
 
 @dataclass
 class ReadAheadState:
-    """``lookahead.ssd_read_ahead``: the live decode-step handle of each table;
-    ``lookahead.overlap_read_ahead``: its reader (under the overlap scheduler)."""
+    """``read_ahead.ssd``: the live decode-step handle of each table;
+    ``read_ahead.overlap``: its reader (under the overlap scheduler)."""
 
     # NOTE: id(table) -> its handle: one per table, the next step's replaces it.
-    decode_handles: dict[int, PrefetchHandle] = field(default_factory=dict)
+    decode_handles: dict[int, ReadAheadHandle] = field(default_factory=dict)
     overlap: Closable | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import torch
 
-from engram.ssd.prefetch import PrefetchHandle
+from engram.rows.read_ahead import ReadAheadHandle
 from engram.tables import TableCounters
 
 
@@ -25,7 +25,9 @@ class Served(Protocol):
 
     def stats(self) -> dict[str, float]: ...
 
-    def prefetch(self, row_ids: torch.Tensor, *, urgent: bool = False) -> PrefetchHandle | None: ...
+    def read_ahead(
+        self, row_ids: torch.Tensor, *, urgent: bool = False
+    ) -> ReadAheadHandle | None: ...
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import torch
 
 from engram.profile.identity import HashIdentity
 from engram.profile.tally import RowTally
+from engram.rows.read_ahead import DEFAULT_READ_AHEAD_BYTES
+from engram.rows.seed_rows import SeedRows
 from engram.ssd.directory import table_dir
-from engram.ssd.prefetch import DEFAULT_PREFETCH_BYTES
 from engram.ssd.readers import DEFAULT_READER
-from engram.ssd.seeding import SeedRows
 from engram.tables import EngramTable, TableOptions, open_table
 from sglang_engram.protocol.family import ModelFamily
 from sglang_engram.protocol.runtime import EngramRuntime
@@ -87,7 +87,7 @@ def layer_table_options(
         source=checkpoint_source(runtime.tables, family, model_path, layer_id, rows),
         read=config.ssd_read or DEFAULT_READER,
         ram_cache_bytes=config.ram_cache_bytes // tables,
-        prefetch_bytes=DEFAULT_PREFETCH_BYTES // tables,
+        read_ahead_bytes=DEFAULT_READ_AHEAD_BYTES // tables,
         seed=seed_rows(config.seed_profile, layer_id, rows, shard),
         tally=served_tally(runtime, config.profile_out, layer_id, rows, shard, model_path),
     )  # fmt: skip

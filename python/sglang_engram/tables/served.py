@@ -28,7 +28,7 @@ def served(state: TableState) -> list[ServedTable]:
 
 
 def set_hasher(state: TableState, hasher: RowHasher) -> None:
-    """The row hasher of the served model (for reading SSD rows ahead: ``ssd_read_ahead``,
+    """The row hasher of the served model (for reading SSD rows ahead: ``read_ahead.ssd``,
     which asks the family for it once the model is loaded)."""
     with state.lock:
         state.hasher = hasher

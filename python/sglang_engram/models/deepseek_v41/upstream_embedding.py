@@ -135,7 +135,7 @@ class UpstreamTable:
         """Upstream's tables keep no counts besides ``counters``."""
         return {}
 
-    def prefetch(self, row_ids: torch.Tensor, *, urgent: bool = False) -> None:
+    def read_ahead(self, row_ids: torch.Tensor, *, urgent: bool = False) -> None:
         """Upstream's rows are in device or host memory: nothing to read ahead."""
         return None
 

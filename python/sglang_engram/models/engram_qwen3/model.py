@@ -114,7 +114,7 @@ class EngramQwen3Model(nn.Module):
         )
         # NOTE: only device lookups go on the side stream early; an ssd lookup reads
         # files on the host, which before layer 0 would hold back every launch (the
-        # read-ahead above is its prefetch).
+        # read-ahead above is its own).
         self.early = EarlyLookups(
             engram.prefetch and engram.offload in ("hbm", "dram"),
             torch.device(torch.get_default_device()),

@@ -1,4 +1,5 @@
-"""The Engram layer in plain torch: the reference the served models are checked against.
+"""The Engram layer in plain torch: the layer the tiny model is built of, and the reference
+the served Engram layers are checked against.
 
 An Engram layer reads its ``n_cols`` rows per token from an :class:`EngramTable`, and adds
 a gated value to the residual ``x [T, hc_mult, hidden]`` at the start of its decoder layer.
@@ -41,7 +42,7 @@ GATE_FLOOR = 1e-6
 
 
 @dataclass(frozen=True)
-class EngramModuleConfig:
+class EngramLayerConfig:
     """Shapes and variant of one Engram layer."""
 
     hidden_size: int
@@ -68,7 +69,7 @@ class EngramModuleConfig:
     @classmethod
     def from_spec(
         cls, spec: EngramSpec, variant: str = "v41", image_token_id: int | None = None
-    ) -> EngramModuleConfig:
+    ) -> EngramLayerConfig:
         if spec.hidden_size is None or spec.hc_mult is None:
             raise EngramConfigError("the Engram layer needs hidden_size and hc_mult in the config")
         return cls(
@@ -112,7 +113,7 @@ class Engram(nn.Module, ABC):
     """
 
     def __init__(
-        self, config: EngramModuleConfig, table: EngramTable, dtype: torch.dtype = torch.bfloat16
+        self, config: EngramLayerConfig, table: EngramTable, dtype: torch.dtype = torch.bfloat16
     ):
         super().__init__()
         self.config = config
@@ -155,7 +156,7 @@ class V41Engram(Engram):
     """DeepSeek-V4.1: ``wkv`` projection and a per-stream sign-sqrt sigmoid gate."""
 
     def __init__(
-        self, config: EngramModuleConfig, table: EngramTable, dtype: torch.dtype = torch.bfloat16
+        self, config: EngramLayerConfig, table: EngramTable, dtype: torch.dtype = torch.bfloat16
     ):
         super().__init__(config, table)
         hidden, hc = config.hidden_size, config.hc_mult
@@ -221,7 +222,7 @@ class PaperEngram(Engram):
     CONV_NORM_EPS = 1e-5
 
     def __init__(
-        self, config: EngramModuleConfig, table: EngramTable, dtype: torch.dtype = torch.bfloat16
+        self, config: EngramLayerConfig, table: EngramTable, dtype: torch.dtype = torch.bfloat16
     ):
         super().__init__(config, table)
         hidden, hc, k = config.hidden_size, config.hc_mult, config.conv_kernel
@@ -292,7 +293,7 @@ ENGRAM_VARIANTS: dict[str, type[Engram]] = {"v41": V41Engram, "paper": PaperEngr
 
 
 def make_engram(
-    config: EngramModuleConfig, table: EngramTable, dtype: torch.dtype = torch.bfloat16
+    config: EngramLayerConfig, table: EngramTable, dtype: torch.dtype = torch.bfloat16
 ) -> Engram:
     """The Engram layer of ``config.variant`` reading rows from ``table``."""
     return ENGRAM_VARIANTS[config.variant](config, table, dtype=dtype)

@@ -1,7 +1,7 @@
 """The one-step-ahead decode read under SGLang's overlap scheduler (its default).
 
 The overlap scheduler launches step k + 1 before it processes step k's result, so the
-AFTER hook on ``process_batch_result`` (:mod:`ssd_read_ahead`) would learn step k's
+AFTER hook on ``process_batch_result`` (:mod:`.ssd`) would learn step k's
 tokens after step k + 1 looked its rows up. Here the AFTER hook on
 ``Scheduler.run_batch`` takes step k's sampled tokens from its result instead:
 
@@ -11,7 +11,7 @@ tokens after step k + 1 looked its rows up. Here the AFTER hook on
   worker thread on a GPU, at once on SGLang's CPU engine (its forward has finished);
 - each request's window adds the tokens sampled by steps whose results the scheduler
   has not processed yet (remembered here), and the rows of the n-grams ending at the
-  newest token are read ahead (:func:`ssd_read_ahead.prefetch_next_step`).
+  newest token are read ahead (:func:`.ssd.read_ahead_next_step`).
 
 A window that turns out wrong (a request retracted or finished meanwhile) only reads
 rows nobody looks up: lookups check the ids they take from a read-ahead.
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from sglang_engram.lookahead.ssd_read_ahead import prefetch_next_step
 from sglang_engram.protocol.runtime import EngramRuntime
+from sglang_engram.read_ahead.ssd import read_ahead_next_step
 from sglang_engram.tables import served
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class OverlapReadAhead:
             try:
                 self._read_ahead(*item)
             except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
-                logger.exception("sglang-engram: decode prefetch failed; lookups read on demand")
+                logger.exception("sglang-engram: decode read-ahead failed; lookups read on demand")
             finally:
                 self._queue.task_done()
         self._queue.task_done()
@@ -102,7 +102,7 @@ class OverlapReadAhead:
             sequences.append((r.prompt_tail, r.output_tail + newest))
         self._sampled = sampled
         if sequences:
-            prefetch_next_step(self._runtime, sequences)
+            read_ahead_next_step(self._runtime, sequences)
 
 
 def read_next_step(runtime: EngramRuntime, result: Any, scheduler: Any, batch: Any) -> None:
@@ -116,7 +116,7 @@ def read_next_step(runtime: EngramRuntime, result: Any, scheduler: Any, batch: A
         if ran is not None:
             _reader(runtime).submit(result, ran)
     except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
-        logger.exception("sglang-engram: decode prefetch failed; lookups will read on demand")
+        logger.exception("sglang-engram: decode read-ahead failed; lookups will read on demand")
 
 
 def _launched(result: Any, batch: Any, n: int) -> list[Ran] | None:

@@ -1,8 +1,8 @@
 """Seeding an SSD table's RAM row cache from a frequency profile, in the background.
 
 A profile (:mod:`engram.profile`) ranks a table's rows by how often a corpus looks them
-up. When the table opens, a thread picks the hottest rows that fit the cache
-(:func:`fitting`: the cache is set-associative, so at most ``ways`` rows of one set,
+up (:class:`~engram.rows.seed_rows.SeedRows`). When the table opens, a thread picks the
+hottest rows that fit the cache (:func:`~engram.rows.seed_rows.fitting`: the cache is set-associative, so at most ``ways`` rows of one set,
 the hottest of them), reads them in file order (sorted ids, :data:`SEED_BATCH_ROWS` at a
 time, through the table's reader: every block is checked as on any read) and puts them
 into empty slots of the cache (:meth:`RowCache.seed`) while the table serves lookups.
@@ -15,42 +15,33 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from engram.errors import EngramTableError
 from engram.files import MIB
+from engram.rows.seed_rows import SEED_BATCH_ROWS, SeedRows, fitting
 from engram.ssd.row_cache import RowCache
+from engram.tables.options import TableOptions
+from engram.tables.ssd.ram_front import RamFront
 
 logger = logging.getLogger(__name__)
 
-# NOTE: rows per read and per cache call: 16 k rows are 4.1 MiB of 264-byte rows, long
-# runs for the reader, and the cache's lock is held for one copy of them (~1 ms).
-SEED_BATCH_ROWS = 16_384
 
-
-@dataclass(frozen=True, eq=False)
-class SeedRows:
-    """The rows to seed a table's RAM cache with: ``ids`` (int64, distinct, rows of this
-    table), hottest first; ``name`` says whose they are in the log (layer, profile)."""
-
-    ids: np.ndarray
-    name: str
-
-
-def fitting(ranked: np.ndarray, n_sets: int, ways: int) -> np.ndarray:
-    """The rows of ``ranked`` (distinct, hottest first) a cache of ``n_sets`` sets of
-    ``ways`` slots holds at once: per set, its ``ways`` hottest. Hottest first."""
-    ranked = np.asarray(ranked, dtype=np.int64)
-    sets = ranked % n_sets
-    order = np.argsort(sets, kind="stable")  # NOTE: stable: each set's rows stay ranked
-    by_set = sets[order]
-    starts = np.flatnonzero(np.r_[True, by_set[1:] != by_set[:-1]])
-    place = np.arange(ranked.size) - np.repeat(starts, np.diff(np.r_[starts, ranked.size]))
-    keep = np.zeros(ranked.size, dtype=bool)
-    keep[order] = place < ways
-    return ranked[keep]
+def start_seeding(
+    options: TableOptions, front: RamFront, num_rows: int, row_bytes: int
+) -> Seeder | None:
+    """The thread seeding ``front``'s RAM cache with ``options.seed`` (checked), or
+    ``None``: no seed, or no RAM cache to seed (the hot cache seeds itself)."""
+    seed = options.seed
+    if seed is None:
+        return None
+    seed.check(num_rows)
+    if front.cache is None:
+        if not options.hot_cache_capacity:
+            logger.warning("%s: not seeded: the table has no RAM cache or hot cache", seed.name)
+        return None
+    return Seeder(seed, front.cache, front.file.read, row_bytes)
 
 
 def seed_plan(ranked: np.ndarray, cache: RowCache) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ from torch import nn
 
 from engram.errors import EngramConfigError
 from engram.fp8 import dequantize_rows, quantize_rows
-from engram.module import EngramModuleConfig, EngramState, PaperEngram, make_engram, paper_gate
+from engram.layer import EngramLayerConfig, EngramState, PaperEngram, make_engram, paper_gate
 from engram.tables import create_table
 from test.core.upstream import upstream_engram
 
@@ -19,8 +19,8 @@ N_COLS = (N - 1) * HEADS
 IMAGE_TOKEN = 7
 
 
-def _config(variant: str, image_token_id: int | None = None) -> EngramModuleConfig:
-    return EngramModuleConfig(
+def _config(variant: str, image_token_id: int | None = None) -> EngramLayerConfig:
+    return EngramLayerConfig(
         hidden_size=HIDDEN,
         hc_mult=HC,
         n_cols=N_COLS,
@@ -54,7 +54,7 @@ def upstream_gate():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_v41_gate_is_bit_exact_with_upstream(upstream_gate, dtype):
-    from engram.module import v41_gate
+    from engram.layer import v41_gate
 
     t = int(torch.randint(1, 300, ()))
     x = (torch.randn(t, HC, HIDDEN) * 3).to(dtype)

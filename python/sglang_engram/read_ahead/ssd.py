@@ -10,10 +10,10 @@ Row ids depend on token ids alone, so they are known early:
 
 The scheduler process hashes those tokens with the served model family's
 :class:`~sglang_engram.protocol.row_hasher.RowHasher` (``tables.served.hasher()``) and
-every prefetching (``ssd``) table starts reading the rows in the background; the lookups
-take them from the table's prefetch handles.
-Tables without ``prefetch`` (hbm, dram) need no read-ahead, and nothing is hashed
-when no table prefetches.
+every table that reads ahead (``ssd``) starts reading the rows in the background; the
+lookups take them from the table's read-ahead handles.
+Tables that read nothing ahead (hbm, dram) return no handle, and nothing is hashed
+when no table reads ahead.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from engram.ssd.prefetch import PrefetchHandle
+from engram.rows.read_ahead import ReadAheadHandle
 from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.tables import served
 
@@ -45,33 +45,33 @@ def _targets(runtime: EngramRuntime) -> list[Target]:
     return [
         (layer_ids.index(entry.layer_id), entry.table, entry.row_start)
         for entry in served.served(runtime.tables)
-        # NOTE: an HBM hot-row cache in front passes prefetch on to its ssd table.
+        # NOTE: an HBM hot-row cache in front passes read_ahead on to its ssd table.
         if entry.layer_id in layer_ids
     ]
 
 
-def _prefetch(
+def _read_ahead(
     targets: list[Target], row_ids: torch.Tensor, *, urgent: bool = False
-) -> list[tuple[object, PrefetchHandle]]:
+) -> list[tuple[object, ReadAheadHandle]]:
     """Start reading ``row_ids`` [T, layers, columns] (global row ids) in each target
     (``urgent``: before the prompts' reads); a TP shard reads only the rows it holds."""
     started = []
     for hash_index, table, row_start in targets:
         local = row_ids[:, hash_index].reshape(-1) - row_start
         local = local[(local >= 0) & (local < table.num_rows)]
-        handle = table.prefetch(local, urgent=urgent) if local.numel() else None
+        handle = table.read_ahead(local, urgent=urgent) if local.numel() else None
         if handle is not None:  # None: the placement reads nothing ahead
             started.append((table, handle))
     return started
 
 
-def prefetch_prompt(runtime: EngramRuntime, token_ids: Sequence[int]) -> list[PrefetchHandle]:
+def read_ahead_prompt(runtime: EngramRuntime, token_ids: Sequence[int]) -> list[ReadAheadHandle]:
     """Start reading the rows of ``token_ids`` (a whole prompt, from its start) in every
-    prefetching table; returns the handles, one per table that started."""
+    table that reads ahead; returns the handles, one per table that started."""
     targets = _targets(runtime)
     if not targets or not token_ids:
         return []
-    started = _prefetch(targets, served.hasher(runtime.tables).prompt_rows(token_ids))
+    started = _read_ahead(targets, served.hasher(runtime.tables).prompt_rows(token_ids))
     return [handle for _, handle in started]
 
 
@@ -92,7 +92,7 @@ def release_prefilled(runtime: EngramRuntime, batch: object) -> int:
     return released
 
 
-def prefetch_next_step(
+def read_ahead_next_step(
     runtime: EngramRuntime, sequences: Sequence[tuple[Sequence[int], Sequence[int]]]
 ) -> int:
     """Start reading the rows the next decode step looks up: for each running request
@@ -114,7 +114,7 @@ def prefetch_next_step(
     row_ids = hasher.step_rows(tails)
     # NOTE: urgent: the next step looks these up within a step's time, while a queued
     # prompt's rows are not needed before its prefill.
-    started = _prefetch(targets, row_ids, urgent=True)
+    started = _read_ahead(targets, row_ids, urgent=True)
     # NOTE: one live decode handle per table (the runtime holds them): the next step's
     # handle replaces (releases) the previous one, so handles never pile up in front of
     # the lookups.
@@ -129,18 +129,18 @@ def prefetch_next_step(
 
 
 def after_add_request_to_queue(runtime: EngramRuntime) -> Callable[..., None]:
-    """The AFTER hook on ``Scheduler._add_request_to_queue``: prefetch the rows the
+    """The AFTER hook on ``Scheduler._add_request_to_queue``: read ahead the rows the
     queued request's prefill will look up (its prompt, plus its outputs when it was
     retracted). A PD decode worker never prefills, so it reads nothing here."""
 
     def after(result: object, scheduler: object, req: object, *_: object, **__: object) -> None:
         if served.hasher(runtime.tables) is None:
-            return  # no prefetching table: nothing to hash
+            return  # no table reads ahead: nothing to hash
         try:
             mode = getattr(getattr(scheduler, "disaggregation_mode", None), "name", "NULL")
             if mode == "DECODE" or req.finished():
                 return
-            handles = prefetch_prompt(runtime, [*req.origin_input_ids, *req.output_ids])
+            handles = read_ahead_prompt(runtime, [*req.origin_input_ids, *req.output_ids])
             # NOTE: a retracted request is queued again: its earlier handles go first.
             for handle in vars(req).pop(PROMPT_HANDLES, []):
                 handle.release()
@@ -148,19 +148,19 @@ def after_add_request_to_queue(runtime: EngramRuntime) -> Callable[..., None]:
                 setattr(req, PROMPT_HANDLES, handles)
         except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
             logger.exception(
-                "sglang-engram: admission prefetch failed; lookups will read on demand"
+                "sglang-engram: admission read-ahead failed; lookups will read on demand"
             )
 
     return after
 
 
 def after_process_batch_result(runtime: EngramRuntime) -> Callable[..., None]:
-    """The AFTER hook on ``Scheduler.process_batch_result``: prefetch the next decode
+    """The AFTER hook on ``Scheduler.process_batch_result``: read ahead the next decode
     step's rows of every request that sampled a token in this batch and is still running.
 
     NOTE: the overlap scheduler launches the next step before it processes this one's
     result, so the rows would arrive after that step looked them up: there
-    ``overlap_read_ahead`` reads them from ``run_batch``'s result instead."""
+    ``read_ahead.overlap`` reads them from ``run_batch``'s result instead."""
 
     def after(result: object, scheduler: object, batch: object, *_: object, **__: object) -> None:
         if getattr(scheduler, "enable_overlap", False) or served.hasher(runtime.tables) is None:
@@ -172,15 +172,15 @@ def after_process_batch_result(runtime: EngramRuntime) -> Callable[..., None]:
                 if req.output_ids and not req.finished()
             ]
             if sequences:
-                prefetch_next_step(runtime, sequences)
+                read_ahead_next_step(runtime, sequences)
         except Exception:  # noqa: BLE001 - a failed read-ahead only costs speed
-            logger.exception("sglang-engram: decode prefetch failed; lookups will read on demand")
+            logger.exception("sglang-engram: decode read-ahead failed; lookups will read on demand")
 
     return after
 
 
 def after_load_model(runtime: EngramRuntime) -> Callable[..., None]:
-    """The AFTER hook on ``ModelRunner.load_model``: with ``ssd`` tables and prefetch on,
+    """The AFTER hook on ``ModelRunner.load_model``: with ``ssd`` tables and read-ahead on,
     the served model's family builds the read-ahead's hash from what the loaded model
     holds (``ModelFamily.row_hasher``), so the scheduler reads rows before the lookups."""
 

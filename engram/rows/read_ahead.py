@@ -1,16 +1,16 @@
 """Reading an SSD table's rows ahead of the lookup that needs them.
 
-``table.prefetch(row_ids)`` returns a :class:`PrefetchHandle` at once; a background
+``table.read_ahead(row_ids)`` returns a :class:`ReadAheadHandle` at once; a background
 thread dedups the ids and reads their rows into the handle's own host buffer (pinned on
-a GPU) or, past the table's prefetch budget, only into the page cache. A later lookup
-of exactly the prefetched ids takes the handle's rows as they are; any other lookup
+a GPU) or, past the table's read-ahead budget, only into the page cache. A later lookup
+of exactly the ids read ahead takes the handle's rows as they are; any other lookup
 takes every row it can from the live handles of its table done reading, then from the
 RAM cache, then from handles still reading (waiting for them; skipping handles the
 thread has not reached yet), and reads the rest. Handles live until released; when the
 budget or ``MAX_LIVE_HANDLES`` is exceeded the oldest ones are released for the newest.
 A request's row ids are known as soon as it is tokenized, so the plugin calls
-``prefetch`` at admission (and one decode step ahead). With chunked
-prefill, prefetch each chunk's ids as its own handle, in order: a lookup waits for the
+``read_ahead`` at admission (and one decode step ahead). With chunked
+prefill, read each chunk's ids ahead as its own handle, in order: a lookup waits for the
 whole handle that holds rows it needs, and the thread fills handles first come first
 served; a decode step's handles are ``urgent``: the thread fills them before the
 others, and while they keep coming it reads a long fill in slices and fills them between.
@@ -29,8 +29,8 @@ import torch
 from engram.files import GIB
 from engram.ssd import kernels
 
-# host memory a table's prefetch handles may hold (``TableOptions.prefetch_bytes``)
-DEFAULT_PREFETCH_BYTES = GIB
+# host memory a table's read-ahead handles may hold (``TableOptions.read_ahead_bytes``)
+DEFAULT_READ_AHEAD_BYTES = GIB
 # NOTE: every lookup searches every live handle for its rows, so their number bounds a
 # lookup's cost (16 k ids: 29 ms over 64 handles, 0.9 s over 2,048, before the filters).
 # The plugin releases a prompt's handles once its prefill has run; a caller that does
@@ -47,7 +47,7 @@ URGENT_WINDOW_S = 2.0
 FILTER_BITS_PER_ID = 16
 
 
-class PrefetchHandle:
+class ReadAheadHandle:
     def __init__(
         self, flat_ids: np.ndarray, *, keep_rows: bool, row_bytes: int, urgent: bool = False
     ):
@@ -63,7 +63,7 @@ class PrefetchHandle:
         self.released = False
         self._deduped = threading.Event()
         self._done = threading.Event()
-        self._on_release: Callable[[PrefetchHandle], None] | None = None
+        self._on_release: Callable[[ReadAheadHandle], None] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -110,16 +110,16 @@ class PrefetchHandle:
         self._done.set()
 
 
-class Prefetcher:
+class ReadAheadThread:
     """One daemon thread that fills handles: urgent ones first, the others in
     submission order. While urgent handles keep coming (:meth:`urgent_recently`) a long
     fill reads in slices and calls :meth:`fill_urgent` between them, so an urgent handle
     waits for one slice of another handle's reads, not all of them."""
 
-    def __init__(self, fill: Callable[[PrefetchHandle], torch.Tensor | None]):
+    def __init__(self, fill: Callable[[ReadAheadHandle], torch.Tensor | None]):
         self._fill = fill
-        self._urgent: deque[PrefetchHandle] = deque()
-        self._queued: deque[PrefetchHandle] = deque()
+        self._urgent: deque[ReadAheadHandle] = deque()
+        self._queued: deque[ReadAheadHandle] = deque()
         self._ready = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -129,7 +129,7 @@ class Prefetcher:
         """Whether an urgent handle was submitted within ``URGENT_WINDOW_S``."""
         return time.monotonic() - self._last_urgent < URGENT_WINDOW_S
 
-    def submit(self, handle: PrefetchHandle) -> None:
+    def submit(self, handle: ReadAheadHandle) -> None:
         if handle.urgent:
             self._last_urgent = time.monotonic()
         with self._ready:
@@ -137,14 +137,14 @@ class Prefetcher:
             if self._thread is None:
                 self._closing = False
                 self._thread = threading.Thread(
-                    target=self._run, name="engram-prefetch", daemon=True
+                    target=self._run, name="engram-read-ahead", daemon=True
                 )
                 self._thread.start()
             (self._urgent if handle.urgent else self._queued).append(handle)
             self._ready.notify()
 
     def fill_urgent(self) -> None:
-        """Fill the urgent handles submitted so far (on the prefetch thread)."""
+        """Fill the urgent handles submitted so far (on the read-ahead thread)."""
         while True:
             with self._ready:
                 if not self._urgent:
@@ -161,7 +161,7 @@ class Prefetcher:
         if thread is not None:
             thread.join()
 
-    def _next(self) -> PrefetchHandle | None:
+    def _next(self) -> ReadAheadHandle | None:
         with self._ready:
             while not (self._urgent or self._queued or self._closing):
                 self._ready.wait()
@@ -171,7 +171,7 @@ class Prefetcher:
             self._thread = None  # NOTE: under the lock: a later submit starts a new one
             return None
 
-    def _fill_one(self, handle: PrefetchHandle) -> None:
+    def _fill_one(self, handle: ReadAheadHandle) -> None:
         try:
             rows = self._fill(handle)
         except Exception as err:  # noqa: BLE001 - the lookup re-reads and reports
@@ -186,22 +186,22 @@ class Prefetcher:
 
 class ReadAhead:
     """A table's live handles within its byte budget and ``MAX_LIVE_HANDLES`` (the oldest
-    released for the newest), filled by one :class:`Prefetcher`; counts the rows lookups
+    released for the newest), filled by one :class:`ReadAheadThread`; counts the rows lookups
     take from them."""
 
-    def __init__(self, fill: Callable[[PrefetchHandle], torch.Tensor | None], budget: int):
-        self._prefetcher = Prefetcher(fill)
+    def __init__(self, fill: Callable[[ReadAheadHandle], torch.Tensor | None], budget: int):
+        self._thread = ReadAheadThread(fill)
         self._budget = budget
-        self._handles: list[PrefetchHandle] = []
+        self._handles: list[ReadAheadHandle] = []
         self._lock = threading.Lock()
         self.hits = 0  # rows lookups took from handles
 
     def submit(
         self, flat_ids: np.ndarray, row_bytes: int, *, urgent: bool = False
-    ) -> PrefetchHandle:
+    ) -> ReadAheadHandle:
         """A handle reading the rows of ``flat_ids`` (the handle keeps the array);
         ``urgent``: before the handles submitted without it."""
-        handle = PrefetchHandle(
+        handle = ReadAheadHandle(
             flat_ids,
             keep_rows=flat_ids.size * row_bytes <= self._budget,
             row_bytes=row_bytes,
@@ -218,16 +218,16 @@ class ReadAhead:
             self._handles.append(handle)
         for old in evicted:
             old.release()
-        self._prefetcher.submit(handle)
+        self._thread.submit(handle)
         return handle
 
     def fill_urgent(self) -> None:
         """Fill the urgent handles submitted so far (a fill calls this between slices)."""
-        self._prefetcher.fill_urgent()
+        self._thread.fill_urgent()
 
     def urgent_recently(self) -> bool:
         """Whether decode steps are reading ahead (an urgent handle came lately)."""
-        return self._prefetcher.urgent_recently()
+        return self._thread.urgent_recently()
 
     def held_bytes(self) -> int:
         return sum(h.nbytes for h in list(self._handles))
@@ -243,7 +243,9 @@ class ReadAhead:
                     return handle.ids, handle.inverse, rows
         return None
 
-    def take_read(self, ids: np.ndarray, out: np.ndarray, need: np.ndarray) -> list[PrefetchHandle]:
+    def take_read(
+        self, ids: np.ndarray, out: np.ndarray, need: np.ndarray
+    ) -> list[ReadAheadHandle]:
         """Copy the rows of distinct ``ids`` still ``need``-ed that live handles done
         reading hold into ``out`` (row ``i`` for ``ids[i]``) and clear their ``need``.
         Returns the handles still reading, for :meth:`take_reading` once the caller has
@@ -256,7 +258,7 @@ class ReadAhead:
         return reading
 
     def take_reading(
-        self, handles: list[PrefetchHandle], ids: np.ndarray, out: np.ndarray, need: np.ndarray
+        self, handles: list[ReadAheadHandle], ids: np.ndarray, out: np.ndarray, need: np.ndarray
     ) -> int:
         """Copy the rows still ``need``-ed that ``handles`` hold, waiting for each that
         holds any. Returns how many rows they gave."""
@@ -267,7 +269,7 @@ class ReadAhead:
         return taken
 
     def _take(
-        self, handle: PrefetchHandle, ids: np.ndarray, out: np.ndarray, need: np.ndarray
+        self, handle: ReadAheadHandle, ids: np.ndarray, out: np.ndarray, need: np.ndarray
     ) -> int:
         if not handle.wait():
             return 0  # failed: re-read by the caller
@@ -280,17 +282,17 @@ class ReadAhead:
         self.hits += taken
         return taken
 
-    def _live(self) -> list[PrefetchHandle]:
+    def _live(self) -> list[ReadAheadHandle]:
         with self._lock:
             return list(self._handles)
 
-    def _forget(self, handle: PrefetchHandle) -> None:
+    def _forget(self, handle: ReadAheadHandle) -> None:
         with self._lock:
             if handle in self._handles:
                 self._handles.remove(handle)
 
     def close(self) -> None:
-        self._prefetcher.close()
+        self._thread.close()
         with self._lock:
             handles, self._handles = self._handles, []
         for handle in handles:
