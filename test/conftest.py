@@ -25,6 +25,23 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.fixture(autouse=True)
+def _cpu_engine_switches_restored():
+    """NOTE: parsing a DeepSeek-V4 checkpoint's flags on the CPU engine in-process (as the
+    plugin's flag tests do) writes the family's switches to os.environ, as a launcher does
+    for its schedulers; left there, every server a later test starts would inherit them
+    and log no change of its own. Each test ends with them as it found them."""
+    from sglang_engram.models.deepseek_v41.cpu_engine import ENV_SWITCHES
+
+    before = {name: os.environ.get(name) for name in ENV_SWITCHES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def trained_tiny_model(tmp_path_factory: pytest.TempPathFactory):
     """The bundled trained tiny Engram model, built once per test session and shared by

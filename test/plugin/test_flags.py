@@ -9,7 +9,6 @@ import sys
 
 import pytest
 from sglang_engram.args.flags import ENGRAM_FLAGS
-from sglang_engram.models.deepseek_v41.cpu_engine import ENV_SWITCHES
 from sglang_engram.protocol.server_config import ENV_VAR, EngramServerConfig, config_of
 
 from test.plugin.tiny import engram_fields, tiny_config, write_model_dir
@@ -23,11 +22,6 @@ def model_dir(tmp_path):
 @pytest.fixture
 def parse(sglang_with_plugin, monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
-    for name in ENV_SWITCHES:
-        # NOTE: a DeepSeek-V4 parse on the CPU engine writes these to os.environ, which
-        # every server a later test starts would inherit; set then deleted, so undone
-        monkeypatch.setenv(name, "unset")
-        monkeypatch.delenv(name)
     from sglang.srt.server_args import prepare_server_args
 
     return prepare_server_args
