@@ -7,11 +7,11 @@ replaces the name ``VocabParallelEmbedding`` in upstream's module with
 :class:`PlacedPleTable`, which hands back upstream's own class (``placed_table``) for
 every embedding but a PLE table in a placement the family does not declare upstream's
 (``Qwen4Exp.upstream_serves``: ``ssd`` and ``off``): those are built on the meta device
-(nothing allocated) and read rows from a core-library table (``ssd``: files under ``--engram-ssd-dir``,
-converted from the checkpoint's 512 shards on first start) or none (``off``: the layer
-adds nothing, :func:`add_ple_embedding`). Their tensors, the per-table ``weight_scale``
-included, are left unread by the weight filter: the ssd table applies the scale itself,
-so upstream's ``* weight_scale`` multiplies by its unloaded 1.
+(nothing allocated) and read rows from a core-library table (``ssd``: files under
+``--engram-ssd-dir``, converted from the checkpoint's 512 shards on first start) or none
+(``off``: the layer adds nothing, :func:`add_ple_embedding`). Their tensors, the
+per-table ``weight_scale`` included, are left unread by the weight filter: the ssd table
+applies the scale itself, so upstream's ``* weight_scale`` multiplies by its unloaded 1.
 
 TP sharding is upstream's: a rank holds ``shard_indices``' rows, zero-fills the ids it
 does not own (its ``_embed_local_shard``: ``placed_table.owned_rows``), and upstream's
