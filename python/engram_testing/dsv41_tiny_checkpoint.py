@@ -20,7 +20,8 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from engram.cli import Parser, directory, number, run
+from engram.cli import Parser, number, run
+from engram.cli_paths import directory
 from engram_testing import dsv41_tiny_weights as tiny
 
 WEIGHTS_FILE = "model.safetensors"

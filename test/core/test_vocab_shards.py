@@ -1,6 +1,7 @@
 """TP shards of a vocabulary-parallel table: each rank's rows are the ones upstream's own
 ``VocabParallelEmbedding`` gives that rank (built on the meta device in the rank's
-runtime context), and the ranks' zero-filled lookups add up to the table's rows."""
+runtime context), and the ranks' zero-filled lookups (the plugin's ``owned_rows``, which
+every placed table runs) add up to the table's rows."""
 
 from __future__ import annotations
 
@@ -39,16 +40,27 @@ def test_each_rank_owns_upstreams_rows(num_rows: int) -> None:
 
 
 def test_zero_filled_shard_lookups_add_up_to_the_table() -> None:
+    from sglang_engram.forward.placed_table import owned_rows
+
     table = torch.randn(256, 8).to(torch.bfloat16)
     ids = torch.randint(0, 256, (random.randint(1, 30), 4))
     for tp in (1, 2, 3, 4):
         total = torch.zeros(*ids.shape, 8, dtype=torch.bfloat16)
         for rank in range(tp):
             shard = VocabShard(256, rank, tp)
-            rows = table[shard.start : shard.stop]
-            part = shard.lookup(ids, (lambda local, r=rows: r[local]) if shard.rows else None, 8)
+            if not shard.rows:  # a rank past the end holds no table: its rows are zeros
+                continue
+            rows, asked = table[shard.start : shard.stop], []
+
+            def lookup(local: torch.Tensor, owned: torch.Tensor, rows=rows, asked=asked):
+                asked.append(owned)
+                return rows[local]
+
+            part = torch.full((*ids.shape, 8), float("nan"), dtype=torch.bfloat16)
+            owned_rows(lookup, ids, shard.start, shard.rows, part)
             owned = (ids >= shard.start) & (ids < shard.stop)
-            assert not part[~owned].any() and part.shape == (*ids.shape, 8)
+            assert torch.equal(asked[0], owned)  # the table counts only the ids it owns
+            assert torch.equal(part[owned], table[ids[owned]]) and not part[~owned].any()
             total += part
         assert torch.equal(total, table[ids])
 

@@ -36,6 +36,10 @@ def _upstream_cls():
     return PlacedEngramEmbedding.__base__
 
 
+def _upstream_serves(config: EngramServerConfig) -> bool:
+    return DeepseekV41().served_by_upstream(config) is not None
+
+
 def _hash_ids(layout, index, tokens):
     bounds = layout.column_bounds(index)
     cols = [
@@ -53,7 +57,7 @@ def test_each_placement_is_served_by_its_code_with_upstreams_rows(placed, layout
     served, ref = placed(config, index)
     [entry] = table_registry.served(get_runtime().tables)
     assert entry.layer_id == layout.layer_ids[index] and entry.table.placement == config.offload
-    if DeepseekV41().upstream_serves(config):
+    if _upstream_serves(config):
         assert type(served) is _upstream_cls() and served.host_table is None
         assert getattr(served, ATTR) is entry.table
     else:
@@ -287,7 +291,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
         with use_context(context):
             served = PlacedEngramEmbedding(*args)
             upstream = _upstream_cls()(*args)
-        assert isinstance(served, PlacedEngramEmbedding) != DeepseekV41().upstream_serves(config)
+        assert isinstance(served, PlacedEngramEmbedding) != _upstream_serves(config)
         for module in (served, upstream):
             module.weight.weight_loader(module.weight, weight.view(torch.float8_e4m3fn))
             module.scale.weight_loader(module.scale, scale.view(torch.float8_e8m0fnu))
@@ -299,7 +303,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
         mine, theirs = served._owned_rows(ids), upstream._owned_rows(ids)
         assert torch.equal(mine.view(torch.int16), theirs.view(torch.int16))
         seen = table_registry.served(get_runtime().tables)[-1].table
-        if DeepseekV41().upstream_serves(config):  # counted as Engram.embed_rows' hook does
+        if _upstream_serves(config):  # counted as Engram.embed_rows' hook does
             seen.record(ids.numel(), seen.start())
             row_bytes = layout.head_dim + layout.head_dim // 32
             assert seen.memory() == {"hbm": (end - start) * row_bytes}
@@ -308,7 +312,7 @@ def test_tp_shards_own_upstreams_rows(sglang_with_plugin, monkeypatch, config, h
         total["upstream"] = total["upstream"] + theirs.float()
     get_runtime().reset()
     assert torch.equal(total["served"], total["upstream"])
-    if DeepseekV41().upstream_serves(config):
+    if _upstream_serves(config):
         # each id's row is read by exactly one rank: counted once, by TP rank 0
         assert reads == {0: ids.numel(), 1: 0}
     want = (

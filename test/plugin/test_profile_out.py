@@ -77,6 +77,7 @@ def test_a_tp_shard_counts_its_own_rows_as_rows_of_the_layer(sglang_with_plugin,
     ``served.tp1of2.npz`` names them as rows of the whole layer."""
     from sglang.srt.runtime_context import SpawnRanks, create_context, use_context
     from sglang.srt.server_args import ServerArgs
+    from sglang_engram.forward.placed_table import owned_rows
     from sglang_engram.tables.opening import open_layer_table
 
     spec = EngramSpec.from_hf_config(read_config(TINY))
@@ -98,10 +99,9 @@ def test_a_tp_shard_counts_its_own_rows_as_rows_of_the_layer(sglang_with_plugin,
     truth = np.zeros(rows, dtype=np.int64)
     for _ in range(random.randint(3, 10)):
         ids = torch.randint(0, rows, (random.randint(1, 64), spec.n_cols))
-        local = ids - start
-        owned = (local >= 0) & (local < stop - start)
-        table.lookup(local.masked_fill(~owned, 0), owned)
-        np.add.at(truth, ids[owned].numpy(), 1)
+        found = torch.empty((*ids.shape, spec.head_dim), dtype=torch.bfloat16)
+        owned_rows(table.lookup, ids, start, stop - start, found)  # as the TP shard serves
+        np.add.at(truth, ids[(ids >= start) & (ids < stop)].numpy(), 1)
     written = rank_path(out, ".tp1of2")
     identity = profile_hash(TINY, read_config(TINY), load_tokenizer(TINY))[1]
     close_all(get_runtime())

@@ -22,7 +22,7 @@ from engram.spec import EngramSpec
 from test.plugin.tiny import engram_fields
 
 # What only our classes hold (the rest is upstream's).
-EMBEDDING_OURS = {"config", "placement", "layer_id", "shard", "table", "device"}
+EMBEDDING_OURS = {"config", "layer_id", "table", "device"}
 HASHER_OURS = {"reference", "spec"}
 
 

@@ -8,7 +8,8 @@ the lossy downcast, the ``weight_scale`` buffer), then at TP 1 its own
 gather, summed over the ranks in bf16 (a stand-in for the all-reduce, which needs a
 process group) and multiplied by ``weight_scale`` as ``_embed_ngram_ids`` does. Ours:
 the converted table, each rank's share (:class:`VocabShard`, the empty rank included)
-opened as an ``ssd`` table and looked up with zero-filling, summed the same way.
+opened as an ``ssd`` table and looked up with the plugin's zero-filling ``owned_rows``,
+summed the same way.
 NaN: ours is always ``0x7FC0``; upstream's bits vary with the CPU and the position in
 a vectorised loop, so NaN is compared by position.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sglang_engram.forward.placed_table import owned_rows
 
 from engram.row_formats import BF16_ONE_BITS
 from engram.ssd.checkpoint import find_checkpoint_tables
@@ -96,7 +98,10 @@ def _our_rows(
                 table = open_table(options)
             empty += table is None
             for i, ids in enumerate(batches[layer]):
-                part = shard.lookup(ids, None if table is None else table.lookup, ckpt.head_dim)
+                # NOTE: a rank without rows holds no table and looks up zeros.
+                part = torch.zeros((*ids.shape, ckpt.head_dim), dtype=torch.bfloat16)
+                if table is not None:
+                    owned_rows(table.lookup, ids, shard.start, shard.rows, part)
                 sums[layer][i] = part if rank == 0 else sums[layer][i] + part
             if table is not None:
                 table.close()

@@ -42,8 +42,7 @@ def _nothing_at_capture(*_: object, **__: object) -> None:
 @eager_on_graph(capture_stub=_nothing_at_capture)
 def owned_rows_into(embedding: Any, indices: torch.Tensor, out: torch.Tensor) -> None:
     """The rows of ``indices`` this rank's shard of ``embedding`` holds, zeros for the
-    rest, into ``out``: DeepSeek-V4.1's ``PlacedEngramEmbedding`` and Qwen3.8-Flash-Next's
-    ``PlacedPleTable`` (``fill_owned_rows``)."""
+    rest, into ``out``: a family's ``placed_table.PlacedTable`` (``fill_owned_rows``)."""
     embedding.fill_owned_rows(indices, out)
 
 

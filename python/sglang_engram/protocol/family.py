@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from sglang_engram.protocol.cpu_engine import cpu_engine_on
 from sglang_engram.protocol.hook import Hook
 from sglang_engram.protocol.request_limits import RequestLimits
 
@@ -38,6 +39,26 @@ class TableShard:
     layer_id: int
     rows: tuple[int, int] | None
     shard: str = ""
+
+
+@dataclass(frozen=True)
+class UpstreamServes:
+    """A placement whose tables upstream SGLang's own class serves for a family: the
+    plugin builds upstream's class there instead of ours (``forward/placed_table.py``).
+    ``how``: how it holds the rows, for the start-up log and ``doctor``
+    (``on_cpu_engine``: the same on SGLang's CPU engine, where it differs)."""
+
+    placement: str
+    how: str
+    on_cpu_engine: str | None = None
+    # NOTE: True where only our tables have what ``--engram-hot-cache-gb`` asks for:
+    # with a hot cache asked for, ours serve the placement instead.
+    not_with_hot_cache: bool = False
+
+    def serves(self, config: EngramServerConfig) -> bool:
+        """Whether upstream's class serves ``config``'s tables."""
+        wanted = config.offload == self.placement
+        return wanted and not (self.not_with_hot_cache and config.hot_cache_gb)
 
 
 class ModelFamily(ABC):
@@ -64,6 +85,9 @@ class ModelFamily(ABC):
     # counters, our side stream): CUDA graphs would not replay them, whatever the
     # placement, unless the user asks for graphs.
     eager: ClassVar[bool] = False
+    # which placements upstream SGLang's own table class serves, as data; ours serve the
+    # others (where the family has an upstream class to replace)
+    upstream_serves: ClassVar[tuple[UpstreamServes, ...]] = ()
 
     @abstractmethod
     def matches(self, hf_config: HfConfig) -> bool:
@@ -80,9 +104,19 @@ class ModelFamily(ABC):
         refuses the rest with a 400); raises ``EngramConfigError`` where the config
         cannot say."""
 
+    def served_by_upstream(self, config: EngramServerConfig) -> UpstreamServes | None:
+        """The declaration by which upstream's class serves ``config``'s tables, else
+        ``None`` (ours serve them)."""
+        return next((entry for entry in self.upstream_serves if entry.serves(config)), None)
+
     def implementation(self, config: EngramServerConfig) -> str:
         """Which code serves the tables in ``config.offload``."""
-        return OUR_TABLES
+        entry = self.served_by_upstream(config)
+        if entry is None:
+            return OUR_TABLES
+        if entry.on_cpu_engine is not None and cpu_engine_on():
+            return entry.on_cpu_engine
+        return entry.how
 
     def check_config(self, hf_config: HfConfig, config: EngramServerConfig) -> None:  # noqa: B027
         """Raise ``EngramConfigError`` for a config this placement cannot serve."""

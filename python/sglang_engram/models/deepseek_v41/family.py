@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from sglang_engram.protocol.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+from sglang_engram.protocol.family import HfConfig, ModelFamily, TableShard, UpstreamServes
 from sglang_engram.protocol.hook import Hook
 from sglang_engram.protocol.request_limits import RequestLimits, config_vocab_size
 
@@ -57,6 +57,18 @@ class DeepseekV41(ModelFamily):
     # NOTE: the tiny model's checkpoint names them the same way, with a "model." prefix.
     checkpoint_format = "engram"
     table_tensor = re.compile(r"(?:^|\.)layers\.(?P<layer>\d+)\.engram\.embed\.(weight|scale)$")
+    # NOTE: dram is upstream's pinned host table unless the HBM hot cache, which only our
+    # tables have, is asked for.
+    upstream_serves = (
+        UpstreamServes("hbm", f"{UPSTREAM_TABLE} (device table)"),
+        UpstreamServes(
+            "dram",
+            f"{UPSTREAM_TABLE} (pinned host table)",
+            on_cpu_engine=f"{UPSTREAM_TABLE} (pinned host table; on SGLang's CPU engine its "
+            "device table, in host memory)",
+            not_with_hot_cache=True,
+        ),
+    )
 
     def matches(self, hf_config: HfConfig) -> bool:
         from engram.spec import has_engram
@@ -78,26 +90,6 @@ class DeepseekV41(ModelFamily):
         from sglang_engram.models.deepseek_v41.row_hasher import upstream_row_hasher
 
         return upstream_row_hasher(model)
-
-    def upstream_serves(self, config: EngramServerConfig) -> bool:
-        """Whether upstream SGLang's own ``EngramEmbedding`` serves the tables: ``hbm``
-        (its device table) and ``dram`` (its pinned host table) unless the HBM hot
-        cache, which only our tables have, is asked for."""
-        return config.offload == "hbm" or (config.offload == "dram" and not config.hot_cache_gb)
-
-    def implementation(self, config: EngramServerConfig) -> str:
-        from sglang_engram.protocol.cpu_engine import cpu_engine_on
-
-        if not self.upstream_serves(config):
-            return OUR_TABLES
-        if config.offload == "hbm":
-            return f"{UPSTREAM_TABLE} (device table)"
-        if cpu_engine_on():
-            return (
-                f"{UPSTREAM_TABLE} (pinned host table; on SGLang's CPU engine its device "
-                "table, in host memory)"
-            )
-        return f"{UPSTREAM_TABLE} (pinned host table)"
 
     def configure_server(
         self, server_args: Any, config: EngramServerConfig

@@ -1,8 +1,9 @@
 """DeepSeek-V4.1's Engram tables in the ``--engram-offload`` placement.
 
 SGLang builds one ``EngramEmbedding`` per Engram layer (inside ``Engram``); the
-plugin replaces that name with :class:`PlacedEngramEmbedding`, which picks the code
-that serves the placement (``DeepseekV41.upstream_serves``):
+plugin replaces that name with :class:`PlacedEngramEmbedding`, whose shared part
+(:mod:`sglang_engram.forward.placed_table`) builds the code the family declares for
+the placement (``DeepseekV41.upstream_serves``):
 
 - ``hbm``, and ``dram`` without a hot cache: upstream's own class
   (:mod:`sglang_engram.models.deepseek_v41.upstream_embedding`), its device or pinned host table;
@@ -13,59 +14,41 @@ that serves the placement (``DeepseekV41.upstream_serves``):
   makes the layer the identity).
 
 TP sharding is upstream's: each rank holds the rows ``shard_range`` gives it, looks
-up every hash id, zero-fills the rows it does not own and upstream's all-reduce
-reassembles them (``_lookup``/``_dp_sharded_lookup`` call our ``_owned_rows``).
+up every hash id, zero-fills the rows it does not own (``placed_table.owned_rows``) and
+upstream's all-reduce reassembles them (``_lookup``/``_dp_sharded_lookup`` call our
+``_owned_rows``).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import ClassVar
 
 import torch
 from sglang.srt.environ import envs
 from sglang.srt.layers.engram import Engram, EngramEmbedding
-from sglang.srt.runtime_context import get_parallel
 from torch import nn
 
 from engram.spec import FP8_BLOCK
-from engram.ssd.directory import shard_name
 from engram.tables import EngramTable
 from engram.tables.dram import packed_host_rows
-from sglang_engram.forward import graph_breaks, lookup_failures
+from sglang_engram.forward.placed_table import PlacedTable
 from sglang_engram.models.deepseek_v41 import upstream_embedding
 from sglang_engram.models.deepseek_v41.family import DeepseekV41
 from sglang_engram.protocol.runtime import EngramRuntime
 from sglang_engram.protocol.server_config import EngramServerConfig
 from sglang_engram.tables import weight_filter
-from sglang_engram.tables.opening import open_layer_table
-
-logger = logging.getLogger(__name__)
-
-FAMILY = DeepseekV41()
 
 
-class PlacedEngramEmbedding(EngramEmbedding):
+class PlacedEngramEmbedding(EngramEmbedding, PlacedTable):
     """One layer's (TP shard of the) Engram table in our placement."""
 
-    # NOTE: this process's runtime, bound by the hook that hands the class to SGLang
-    # (:func:`placed_engram_embedding`): SGLang builds the class with upstream's arguments.
-    runtime: ClassVar[EngramRuntime]
+    family = DeepseekV41()
 
-    def __new__(cls, *args: object, **kwargs: object) -> EngramEmbedding:
-        config = cls.runtime.serving_config()
-        if cls is PlacedEngramEmbedding and FAMILY.upstream_serves(config):
-            # NOTE: SGLang builds every layer's table through the one name
-            # ``EngramEmbedding`` (in ``Engram.__init__``), and a class is replaced by a
-            # subclass (SGLang's hook registry warns that a function there breaks
-            # isinstance; test_every_hook_target_exists_upstream checks ours is one), so
-            # the class is chosen here: upstream's, built by its own constructor (not an
-            # instance of cls, so Python skips our __init__). The base is read from the
-            # class: the hook rebinds the module-level name to us.
-            return upstream_embedding.build(cls.__base__, cls.runtime, *args, **kwargs)
-        return super().__new__(cls)
+    @classmethod
+    def build_upstream(cls, upstream: type, *args: object, **kwargs: object) -> EngramEmbedding:
+        """Upstream's class in the placement, its lookups counted for the metrics."""
+        return upstream_embedding.build(upstream, cls.runtime, *args, **kwargs)
 
     def __init__(
         self, num_embeddings: int, dim: int, layer_id: int, column_bounds: tuple[int, ...]
@@ -81,18 +64,15 @@ class PlacedEngramEmbedding(EngramEmbedding):
         # instance, so one a new SGLang sets differently fails there.
         with _device_table_branch(), torch.device("meta"):
             super().__init__(num_embeddings, dim, layer_id, column_bounds)
-        parallel = get_parallel()
         self.config: EngramServerConfig = self.runtime.serving_config()
-        self.placement = self.config.offload
         self.layer_id = layer_id
-        self.shard = shard_name(parallel.tp_rank, self.tp_size)
         self.table: EngramTable | None = None
         self.device = device
         if self.placement == "ssd" and self.rows:
             # Streams this rank's rows from the checkpoint files (first start only).
             # NOTE: a rank may own no rows of a small table (more ranks than rows): it
             # holds no table and looks up zeros, which upstream's all-reduce expects.
-            self.table = self._open()
+            self.table = self.open_table(self.dim, self.device)
         if self.placement != "dram":
             weight_filter.skip_tables(self.runtime.skips, layers={layer_id})
         weight, scale = self._load_targets()
@@ -110,10 +90,6 @@ class PlacedEngramEmbedding(EngramEmbedding):
         weight = torch.empty(0, self.dim, dtype=torch.uint8)
         return weight, torch.empty(0, self.dim // FP8_BLOCK, dtype=torch.uint8)
 
-    @property
-    def is_off(self) -> bool:
-        return self.placement == "off"
-
     def _load_rows(self, param: nn.Parameter, loaded_weight: torch.Tensor) -> None:
         if param.shape[0] == 0:
             return  # off or ssd: the table's rows are not read through the loader
@@ -121,52 +97,15 @@ class PlacedEngramEmbedding(EngramEmbedding):
 
     def finish_load(self, label: str) -> None:
         if self.placement == "dram" and self.table is None and self.rows:
-            self.table = self._open(self.weight.data, self.scale.data)
+            self.table = self.open_table(self.dim, self.device, self.weight.data, self.scale.data)
             # NOTE: the table adopted the loaded buffer; only the table refers to it now.
             self.weight.data = self.weight.data.new_empty(0, self.dim)
             self.scale.data = self.scale.data.new_empty(0, self.dim // FP8_BLOCK)
-        logger.info(
-            "sglang-engram: %s Engram table in %s: %s, %s",
-            label,
-            self.placement,
-            FAMILY.implementation(self.config),
-            self.table.memory() if self.table is not None else "nothing held",
-        )
-
-    def _open(
-        self, weight: torch.Tensor | None = None, scale: torch.Tensor | None = None
-    ) -> EngramTable:
-        return open_layer_table(
-            self.runtime,
-            self.config,
-            FAMILY,
-            self.layer_id,
-            rows=(self.row_start, self.row_start + self.rows),
-            head_dim=self.dim,
-            device=self.device,
-            weight=weight,
-            scale=scale,
-            shard=self.shard,
-        )
+        self.log_table(f"{label} Engram table")
 
     def _owned_rows(self, indices: torch.Tensor) -> torch.Tensor:
-        if self.rows == 0 or self.table is None:
-            return self.new_rows(indices).zero_()
-        # NOTE: an eager break of SGLang's breakable CUDA graphs: every replay reads the
-        # live batch's rows into this buffer, which the rest of the graph reads.
-        out = self.new_rows(indices)
-        graph_breaks.owned_rows_into(self, indices, out)
-        return out
-
-    def fill_owned_rows(self, indices: torch.Tensor, out: torch.Tensor) -> None:
-        """``out`` = the rows of ``indices`` this shard holds, zeros for the others."""
-        assert self.table is not None, f"Engram layer {self.layer_id}: no table"
-        local = indices - self.row_start
-        owned = (local >= 0) & (local < self.rows)
-        rows = lookup_failures.lookup(
-            self.runtime.failures, self.table, local.masked_fill(~owned, 0), owned
-        )
-        out.copy_(rows.masked_fill(~owned.unsqueeze(-1), 0))
+        """Upstream's name for the lookup its ``_lookup``/``_dp_sharded_lookup`` call."""
+        return self.lookup_owned(indices, self.new_rows(indices))
 
 
 def engram_forward(

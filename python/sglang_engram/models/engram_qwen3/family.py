@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sglang_engram.models.deepseek_v41.family import DeepseekV41
-from sglang_engram.protocol.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+from sglang_engram.protocol.family import HfConfig, ModelFamily, TableShard
 from sglang_engram.protocol.hook import CALL, Hook
 
 if TYPE_CHECKING:
     from sglang_engram.protocol.row_hasher import RowHasher
-    from sglang_engram.protocol.server_config import EngramServerConfig
 
 # NOTE: engram.model.config.ARCHITECTURE names it too (that module imports torch, which
 # register() must not); test_families checks they agree.
@@ -36,12 +35,11 @@ class TinyEngram(DeepseekV41):
         ),
     )
     eager = True
+    # NOTE: our own model class: no upstream table class to build, ours serve every placement.
+    upstream_serves = ()
 
     def matches(self, hf_config: HfConfig) -> bool:
         return ARCHITECTURE in (hf_config.get("architectures") or ()) and super().matches(hf_config)
-
-    def implementation(self, config: EngramServerConfig) -> str:
-        return OUR_TABLES
 
     def row_hasher(self, model: Any) -> RowHasher | None:
         from sglang_engram.models.deepseek_v41.row_hasher import EngramRowHasher, hash_holder

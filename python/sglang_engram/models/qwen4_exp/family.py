@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from sglang_engram.protocol.family import OUR_TABLES, HfConfig, ModelFamily, TableShard
+from sglang_engram.protocol.family import HfConfig, ModelFamily, TableShard, UpstreamServes
 from sglang_engram.protocol.hook import Hook
 from sglang_engram.protocol.request_limits import RequestLimits, config_vocab_size
 
@@ -70,6 +70,14 @@ class Qwen4Exp(ModelFamily):
         r"(?:^|\.)layers\.(?P<layer>\d+)\.ple\.ple_embedding\.ngram_embedding\."
         r"(shard_\d+\.weight|weight_scale)$"
     )
+    upstream_serves = (
+        UpstreamServes("hbm", f"{UPSTREAM_EMBEDDING} (device table)"),
+        UpstreamServes(
+            "dram",
+            f"{UPSTREAM_EMBEDDING} (Qwen4ExpPinnedHostEmbedding, pinned host table; on "
+            "SGLang's CPU engine its table in host memory)",
+        ),
+    )
 
     def matches(self, hf_config: HfConfig) -> bool:
         return hf_config.get("model_type") in MODEL_TYPES and bool(
@@ -125,16 +133,6 @@ class Qwen4Exp(ModelFamily):
         from sglang_engram.models.qwen4_exp.row_hasher import loaded_row_hasher
 
         return loaded_row_hasher(model)
-
-    def implementation(self, config: EngramServerConfig) -> str:
-        if config.offload == "hbm":
-            return f"{UPSTREAM_EMBEDDING} (device table)"
-        if config.offload == "dram":
-            return (
-                f"{UPSTREAM_EMBEDDING} (Qwen4ExpPinnedHostEmbedding, pinned host table; on "
-                "SGLang's CPU engine its table in host memory)"
-            )
-        return OUR_TABLES
 
     def table_shards(self, hf_config: HfConfig, tp_size: int) -> list[TableShard]:
         """Each rank's rows as upstream's ``VocabParallelEmbedding`` shards them (uneven;
