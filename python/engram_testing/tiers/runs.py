@@ -20,9 +20,9 @@ def serving_benchmark(argv: list[str], log: Path, timeout_s: float) -> None:
     """``python -m sglang.benchmark.serving *argv``, run in this process, its output in
     ``log``; fails as that command would, or once ``timeout_s`` have passed.
 
-    NOTE: in-process because the module's imports (SGLang's runtime, a tokenizer) cost
-    a fresh interpreter 10-25 s on a CPU machine, many times a run of a small point; its
-    own command line (``cli_main``, which reads ``sys.argv``) keeps every default and
+    NOTE: in-process because the module's imports (SGLang's runtime, a tokenizer) cost a
+    fresh interpreter 25-50 s on a busy 2-core machine, many times a small point's run;
+    its own command line (``cli_main``, which reads ``sys.argv``) keeps every default and
     check of the command. It runs in a thread of its own so that the limit holds."""
     failed: list[BaseException] = []
 
