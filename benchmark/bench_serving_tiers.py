@@ -18,7 +18,7 @@ trained backbone, which writes text; ``--backbone random``: random weights), the
 * ``off``: no tables (Engram layers pass through).
 
 Every server runs with ``--sleep-on-idle``, so the ones waiting their turn take no CPU,
-and ``python -m sglang.benchmark.serving`` drives them in turn: per repeat, per
+and ``sglang.benchmark.serving`` (run in-process) drives them in turn: per repeat, per
 concurrency, every config back to back (the order rotated each repeat), each run with
 prompts of held-out Python source (``engram_testing.bench_text``: a pinned package's
 sources, named by path and digest in the output) that no other run gets. A ratio

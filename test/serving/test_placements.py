@@ -9,6 +9,7 @@ requests sent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import urllib.request
@@ -62,24 +63,38 @@ class Served:
     log: Path
 
 
-@pytest.fixture(scope="module")
-def server(request, tiny, ssd_dir, tmp_path_factory) -> Iterator[Served]:
-    """A server of the placement the test names (``indirect`` parametrization).
+PLACEMENTS = ("hbm", "dram", "ssd", "off")
 
-    NOTE: module-scoped and parametrized, so pytest runs the tests of one placement
-    together and stops that server before starting the next: one server at a time
-    (each holds ~3 GB of host memory on the CPU engine)."""
-    placement = request.param
+
+@pytest.fixture(scope="module")
+def servers(tiny, ssd_dir, tmp_path_factory) -> Iterator[dict[str, Served]]:
+    """One server per placement, started at once and shared by the module's tests.
+
+    NOTE: ~3.5 GB of host memory each on the CPU engine: four at once (and the one
+    ``test_ssd_tables_are_reused_on_the_next_start`` adds) fit a 24 GiB machine; their
+    starts overlap, where one after another would leave a core idle through each."""
     logs = tmp_path_factory.mktemp("logs")
     # NOTE: the tiny model has no chat template; with this one, /v1/chat/completions
     # requests reach the model (and the request guard: empty content is an empty prompt)
     template = logs / "chat.jinja"
     template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
-    extra = ["--engram-ssd-dir", str(ssd_dir)] if placement == "ssd" else []
-    extra += ["--chat-template", str(template)]
-    log = logs / f"{placement}.log"
-    with sglang_server(tiny, "--engram-offload", placement, *extra, log=log) as url:
-        yield Served(placement, url, log)
+
+    def start(stack: contextlib.ExitStack, placement: str) -> Served:
+        extra = ["--engram-ssd-dir", str(ssd_dir)] if placement == "ssd" else []
+        extra += ["--chat-template", str(template)]
+        log = logs / f"{placement}.log"
+        server = sglang_server(tiny, "--engram-offload", placement, *extra, log=log)
+        return Served(placement, stack.enter_context(server), log)
+
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(PLACEMENTS)) as pool:
+        futures = {p: pool.submit(start, stack, p) for p in PLACEMENTS}
+        yield {p: future.result() for p, future in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def server(request, servers) -> Served:
+    """The server of the placement the test names (``indirect`` parametrization)."""
+    return servers[request.param]
 
 
 def placements(*names: str) -> pytest.MarkDecorator:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engram_testing.bench_text import bench_text
 from engram_testing.tiers.cache_curve import cache_curve
 from engram_testing.tiers.report import drop_page_cache, resident_fraction
 from engram_testing.tiers.workload import prompt_rows, served_prompts, write_datasets
@@ -31,6 +32,17 @@ def model(tmp_path_factory) -> Path:
         check=True, capture_output=True, cwd=REPO,
     )  # fmt: skip
     return out
+
+
+@pytest.fixture(scope="module")
+def bench_files(tmp_path_factory) -> list[str]:
+    """The benchmarks' model, table files and seed profile, in one folder the two runs
+    share: the second reuses what the first built (each builds it when alone)."""
+    work = tmp_path_factory.mktemp("bench")
+    return [
+        "--table-gib", "0.02", "--backbone", "random", "--model", str(work / "m"),
+        "--ssd-dir", str(work / "ssd"), "--profile", str(work / "profile.npz"),
+    ]  # fmt: skip
 
 
 def test_prompts_are_disjoint_heldout_source_and_sglang_sends_them(model, tmp_path) -> None:
@@ -112,12 +124,10 @@ def test_disk_probe_reads_the_file_at_each_depth_and_names_bad_input(tmp_path) -
 
 
 @pytest.mark.slow
-def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> None:
+def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path, bench_files) -> None:
     out = tmp_path / "out"
     cmd = [
-        sys.executable, str(REPO / "benchmark/bench_serving_tiers.py"), "--table-gib", "0.02",
-        "--backbone", "random", "--model", str(tmp_path / "m"), "--ssd-dir", str(tmp_path / "ssd"), "--out", str(out),
-        "--profile", str(tmp_path / "profile.npz"),
+        sys.executable, str(REPO / "benchmark/bench_serving_tiers.py"), *bench_files, "--out", str(out),
         "--configs", "dram,ssd-1/16,ssd-1/16-seeded", "--concurrencies", "2", "--repeats", "2",
         "--num-prompts", "1", "--input-len", "48", "--output-len", "4", "--replay",
         "--disk-probe-s", "0.5",
@@ -148,8 +158,8 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
     assert Path(summary["png"]).stat().st_size > 10_000
     assert "ssd_over_dram_throughput: c=2: " in proc.stdout
     # the seeded config: its profile made over the train split, its ratios and hit ratios
-    assert (tmp_path / "profile.npz").is_file()
-    assert "profiling the train split of transformers" in proc.stdout
+    assert Path(bench_files[bench_files.index("--profile") + 1]).is_file()
+    assert f"profiling {bench_text('train').describe()} -> " in proc.stdout
     assert summary["seeding"]["ssd-1/16-seeded"]["rows"] > 0
     for key in ("seeded_ssd_over_dram_throughput", "seeded_ssd_over_dram_p90_tpot"):
         assert len(summary[key + "_per_repeat"]["2"]) == 2 and summary[key]["2"] > 0
@@ -181,15 +191,13 @@ def test_the_whole_benchmark_runs_small_and_reports_every_ratio(tmp_path) -> Non
 
 
 @pytest.mark.slow
-def test_bench_seed_start_times_seeded_and_unseeded_starts(tmp_path) -> None:
+def test_bench_seed_start_times_seeded_and_unseeded_starts(tmp_path, bench_files) -> None:
     """``benchmark/bench_seed_start.py`` once, small: one start of each after the untimed
     one; what it reports, not how fast."""
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmark/bench_seed_start.py"), "--table-gib", "0.02",
-         "--backbone", "random", "--model", str(tmp_path / "m"), "--ssd-dir", str(tmp_path / "ssd"),
-         "--profile", str(tmp_path / "profile.npz"), "--repeats", "1", "--burst", "2",
-         "--input-len", "48", "--out", str(out)],
+        [sys.executable, str(REPO / "benchmark/bench_seed_start.py"), *bench_files,
+         "--repeats", "1", "--burst", "2", "--input-len", "48", "--out", str(out)],
         capture_output=True, text=True, cwd=REPO, timeout=1500,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from engram.model.config import TinyEngramConfig
 from engram.profile import RowProfile
 from engram.ssd.row_cache import RowCache
 from engram.tables.ssd.seeding import seed_plan
-from engram_testing.tiers.workload import model_hasher, prompt_rows
+from engram_testing.tiers.workload import prompt_rows
 
 CURVE_FRACTIONS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
 # the RAM-cache curves' labels: empty at start, seeded from the train-split profile, and
@@ -35,11 +36,13 @@ def heldout_curves(
     """Each curve over ``pieces`` at :data:`CURVE_FRACTIONS`, by label: an empty cache, and
     with ``profile`` a seeded one and one seeded whose misses are never admitted (what the
     profile alone covers)."""
-    curves = {CURVES[0]: cache_curve(model_dir, pieces, CURVE_FRACTIONS)}
+    cfg = TinyEngramConfig.from_pretrained(model_dir)
+    rows = prompt_rows(model_dir, pieces)  # NOTE: hashed once, replayed by every curve
+    curves = {CURVES[0]: rows_curve(cfg, rows, CURVE_FRACTIONS)}
     if profile is not None:
         seed = RowProfile.load(profile).rows
-        curves[CURVES[1]] = cache_curve(model_dir, pieces, CURVE_FRACTIONS, seed)
-        curves[CURVES[2]] = cache_curve(model_dir, pieces, CURVE_FRACTIONS, seed, admit=False)
+        curves[CURVES[1]] = rows_curve(cfg, rows, CURVE_FRACTIONS, seed)
+        curves[CURVES[2]] = rows_curve(cfg, rows, CURVE_FRACTIONS, seed, admit=False)
     return curves
 
 
@@ -58,8 +61,19 @@ def cache_curve(
     learns from these prompts (every repeat a hit). Hits and misses count distinct rows
     per lookup, as the server's counters do. ``admit=False``: misses are not admitted
     (the seeded rows stay: what the seed alone covers, no LRU)."""
-    _, cfg = model_hasher(model_dir)
-    rows = prompt_rows(model_dir, prompts)
+    cfg = TinyEngramConfig.from_pretrained(model_dir)
+    return rows_curve(cfg, prompt_rows(model_dir, prompts), fractions, seed, admit=admit)
+
+
+def rows_curve(
+    cfg: TinyEngramConfig,
+    rows: list[list[np.ndarray]],
+    fractions: list[float],
+    seed: dict[int, np.ndarray] | None = None,
+    *,
+    admit: bool = True,
+) -> dict[str, Any]:
+    """``cache_curve`` of the prompts' rows (``prompt_rows``) of a model of config ``cfg``."""
     layers, row_bytes = list(cfg.engram_layer_ids), cfg.spec.row_bytes
     lookups = [np.unique(layer) for prompt in rows for layer in prompt]
     layer_of = [i for _ in rows for i in range(len(layers))]

@@ -3,9 +3,10 @@ config, and every config's runs, repeats interleaved (the order rotated each rep
 
 from __future__ import annotations
 
+import contextlib
 import json
-import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from engram_testing.client import settled_metrics
@@ -15,12 +16,53 @@ from engram_testing.tiers.servers import CONFIGS, slug
 SEED = 1  # sglang.benchmark.serving's sampler seed
 
 
+def serving_benchmark(argv: list[str], log: Path, timeout_s: float) -> None:
+    """``python -m sglang.benchmark.serving *argv``, run in this process, its output in
+    ``log``; fails as that command would, or once ``timeout_s`` have passed.
+
+    NOTE: in-process because the module's imports (SGLang's runtime, a tokenizer) cost a
+    fresh interpreter 25-50 s on a busy 2-core machine, many times a small point's run;
+    its own command line (``cli_main``, which reads ``sys.argv``) keeps every default and
+    check of the command. It runs in a thread of its own so that the limit holds."""
+    failed: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            serving.cli_main()
+        except SystemExit as exc:  # NOTE: its errors end in sys.exit(1)
+            if exc.code not in (0, None):
+                failed.append(exc)
+        except BaseException as exc:
+            failed.append(exc)
+
+    saved = sys.argv
+    sys.argv = ["sglang.benchmark.serving", *argv]
+    try:
+        with (
+            open(log, "w") as out,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(out),
+        ):
+            # NOTE: imported here, in the main thread, its import warnings into the log
+            from sglang.benchmark import serving
+
+            worker = threading.Thread(target=body, daemon=True)
+            worker.start()
+            worker.join(timeout_s)
+    finally:
+        sys.argv = saved
+    if worker.is_alive():
+        raise TimeoutError(f"sglang.benchmark.serving ran past {timeout_s} s: {log}")
+    if failed:
+        raise RuntimeError(f"sglang.benchmark.serving failed ({failed[0]!r}): {log}")
+
+
 def bench(url: str, model: Path, dataset: Path, conc: int, n: int, args, out: Path) -> dict:
     """One ``sglang.benchmark.serving`` run; its result record."""
     result = out.with_suffix(".jsonl")
     result.unlink(missing_ok=True)
-    cmd = [
-        sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang",
+    argv = [
+        "--backend", "sglang",
         "--base-url", url, "--model", str(model), "--tokenizer", str(model),
         "--dataset-name", "random", "--dataset-path", str(dataset), "--tokenize-prompt",
         "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
@@ -28,8 +70,7 @@ def bench(url: str, model: Path, dataset: Path, conc: int, n: int, args, out: Pa
         "--seed", str(SEED), "--disable-tqdm", "--output-file", str(result),
         "--flush-cache",  # NOTE: a replay's prefill is computed again, not a prefix hit
     ]  # fmt: skip
-    with open(out.with_suffix(".log"), "w") as log:
-        subprocess.run(cmd, check=True, timeout=args.timeout_s, stdout=log, stderr=log)
+    serving_benchmark(argv, out.with_suffix(".log"), args.timeout_s)
     return json.loads(result.read_text().splitlines()[-1])
 
 
