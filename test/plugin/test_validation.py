@@ -103,8 +103,7 @@ def test_ram_cache_with_another_placement_warns_in_one_line(model_dir, caplog, o
         )
     [warning] = [r.getMessage() for r in caplog.records if "ram-cache" in r.getMessage()]
     assert warning == (
-        f"--engram-ram-cache-gb is ignored with --engram-offload {offload} (it applies to "
-        "ssd only)"
+        f"--engram-ram-cache-gb is ignored with --engram-offload {offload} (it applies to ssd only)"
     )
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # not given: the default says nothing
