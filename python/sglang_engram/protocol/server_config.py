@@ -19,7 +19,7 @@ from typing import Any
 
 from engram.files import GIB
 from engram.placements import Placement, placement_named, placement_names
-from sglang_engram.protocol.server_options import option, options_of
+from sglang_engram.protocol.server_options import option, options_of, render_flags
 
 ENV_VAR = "SGLANG_ENGRAM_CONFIG"
 # NOTE: underscore-prefixed, non-field names on ServerArgs are "bookkeeping": writable
@@ -192,6 +192,12 @@ class EngramServerConfig:
 
 
 OPTIONS = options_of(EngramServerConfig)
+
+
+def engram_flags(**values: Any) -> list[str]:
+    """The ``--engram-*`` flags asking a server for ``values`` (option names as keywords,
+    e.g. ``offload="ssd", ssd_dir=PATH``; None: the server's default)."""
+    return render_flags(OPTIONS, values)
 
 
 def config_of(server_args: Any | None) -> EngramServerConfig | None:
