@@ -29,8 +29,9 @@ from typing import Any
 
 import torch
 
-from engram.cli import Parser, directory, existing_file, number
+from engram.cli import Parser, number
 from engram.cli import run as run_cli
+from engram.cli_paths import directory, existing_file
 
 REGIMES = ("both", "none", "prefill_only")
 # NOTE: the KV pool; the sliding window's part must hold a window and a page per request
