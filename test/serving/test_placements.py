@@ -23,7 +23,9 @@ from engram_testing.client import flush_prefix_cache, generate_ids, metrics, pos
 from engram_testing.plain import total_table_bytes
 from engram_testing.reference import agreement, agreement_all, load_reference, random_prompts
 from engram_testing.server import sglang_server
+from sglang_engram.protocol.server_config import engram_flags
 
+from engram.placements import placement_named
 from engram.spec import EngramSpec
 from test.serving.request_fuzz import fuzz_and_check, target_of, walk_away
 
@@ -75,10 +77,10 @@ def server(request, tiny, ssd_dir, tmp_path_factory) -> Iterator[Served]:
     # requests reach the model (and the request guard: empty content is an empty prompt)
     template = logs / "chat.jinja"
     template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
-    extra = ["--engram-ssd-dir", str(ssd_dir)] if placement == "ssd" else []
-    extra += ["--chat-template", str(template)]
+    files = placement_named(placement).files
+    flags = engram_flags(offload=placement, ssd_dir=str(ssd_dir) if files else None)
     log = logs / f"{placement}.log"
-    with sglang_server(tiny, "--engram-offload", placement, *extra, log=log) as url:
+    with sglang_server(tiny, *flags, "--chat-template", str(template), log=log) as url:
         yield Served(placement, url, log)
 
 
