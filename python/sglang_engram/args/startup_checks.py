@@ -23,17 +23,6 @@ from sglang_engram.protocol.server_config import EngramServerConfig
 logger = logging.getLogger(__name__)
 
 
-def off_warning(role_name: str) -> str:
-    """What ``off`` costs where a prompt's KV cache is computed: a prefill worker or a
-    single server."""
-    return (
-        f"--engram-offload off on a {role_name}: the n-gram tables are not loaded, so every "
-        "prompt is processed without the model's n-gram memory and the KV cache differs from "
-        "what the trained model computes (lower quality output). Use off on decode workers "
-        "only, or hbm/dram/ssd here."
-    )
-
-
 class EngramStartupError(EngramConfigError):
     """The Engram flags cannot work with this model or machine."""
 
@@ -52,7 +41,7 @@ def check_startup(
     hf_config, family, placement = facts.hf_config, facts.family, config.placement
     tables = hf_config is None or facts.serves_tables
     try:
-        warnings = check(config.option_values(), flags=True, tables=tables)
+        warnings = check(config.option_values(), flags=True, tables=tables, role=config.role)
     except EngramConfigError as exc:
         raise EngramStartupError(str(exc)) from None
     if placement.files and model_path and hf_config is None:
@@ -88,8 +77,6 @@ def check_startup(
         check_profile_out(config.profile_out, hf_config, model_path, tokenizer_path)
     if placement.hot_cache and config.hot_cache_gb:
         check_hot_cache_fits(config.hot_cache_gb, free_gpu_bytes())
-    if config.role != "decode" and not config.enabled:
-        logger.warning(off_warning(config.role_name))
 
 
 def _ignored_flags(

@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from engram.placements import placement_named
 from sglang_engram.args.flags import ENGRAM_FLAGS
 from sglang_engram.cluster.recovery import RestartPolicy, StrictModel, Timeouts
 from sglang_engram.spec_files.engram_keys import engram_keys
@@ -164,14 +163,7 @@ class WorkerGroup(engram_keys(StrictModel, "WorkerEngramKeys")):  # type: ignore
         return [f"{self.name}-{i}" for i in range(self.count)]
 
     def warnings(self, where: str) -> list[str]:
-        offload = self.engram_offload
-        out = [f"{where}: {warning}" for warning in self.engram_warnings()]
-        if self.role == "prefill" and not placement_named(offload).holds_table:
-            out.append(
-                f"{where}: engram_offload {offload} on a prefill worker: prompts are processed "
-                "without the Engram tables, so outputs differ from the full model"
-            )
-        return out
+        return [f"{where}: {warning}" for warning in self.engram_warnings(self.role)]
 
 
 class ClusterSpec(StrictModel):

@@ -20,11 +20,15 @@ from sglang_engram.protocol.server_options import ServerOption, given
 BY_NAME = {o.name: o for o in OPTIONS}
 
 
-def check(values: Mapping[str, Any], *, flags: bool, tables: bool = True) -> list[str]:
+def check(
+    values: Mapping[str, Any], *, flags: bool, tables: bool = True, role: str | None = None
+) -> list[str]:
     """Raise :class:`EngramConfigError` for options that cannot work together; the
-    warnings for those the placement ignores. ``values``: option name -> value (None:
-    not given); ``flags``: name the options as flags, else as spec keys; ``tables``:
-    False where the served model has no tables (only the values are checked then)."""
+    warnings for those the placement ignores, and for a placement without tables where
+    prompts are processed (``role``: "null", "prefill" or "decode"; None: unknown).
+    ``values``: option name -> value (None: not given); ``flags``: name the options as
+    flags, else as spec keys; ``tables``: False where the served model has no tables
+    (only the values are checked then)."""
     name = {o.name: o.named(flags) for o in OPTIONS}
     placement = placement_named(values.get("offload") or DEFAULT_OFFLOAD)
     chosen = given(OPTIONS, values)
@@ -60,7 +64,21 @@ def check(values: Mapping[str, Any], *, flags: bool, tables: bool = True) -> lis
         if o.required_by and getattr(placement, o.required_by) and o.name not in chosen:
             shown = f"{name[o.name]} {o.metavar}" if flags and o.metavar else name[o.name]
             raise EngramConfigError(f"{name['offload']} {placement.name} needs {shown} ({o.why})")
+    if role not in (None, "decode") and not placement.holds_table:
+        warnings.append(no_tables_warning(f"{name['offload']} {placement.name}", role))
     return warnings
+
+
+def no_tables_warning(given: str, role: str) -> str:
+    """What a placement without tables costs where a prompt's KV cache is computed: a
+    prefill worker or a single server (``role`` "prefill" or "null")."""
+    where = "single server" if role == "null" else f"{role} worker"
+    return (
+        f"{given} on a {where}: the n-gram tables are not loaded, so every prompt is "
+        "processed without the model's n-gram memory and the KV cache differs from what the "
+        "trained model computes (lower quality output). Use it on decode workers only, or "
+        f"{'/'.join(having('holds_table'))} here."
+    )
 
 
 def _check_value(o: ServerOption, value: Any, shown: str) -> None:

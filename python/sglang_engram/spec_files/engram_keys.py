@@ -94,6 +94,7 @@ class EngramKeys:
         """The plugin's flags for these keys (only those the spec sets, and the placement)."""
         return render_flags(OPTIONS, self.engram_values())
 
-    def engram_warnings(self) -> list[str]:
-        """The options the placement ignores, one line each."""
-        return check(self.engram_values(), flags=False)
+    def engram_warnings(self, role: str | None = None) -> list[str]:
+        """The options the placement ignores and, for a server of ``role``, a placement
+        without tables where prompts are processed: one line each."""
+        return check(self.engram_values(), flags=False, role=role)
