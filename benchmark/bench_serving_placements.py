@@ -19,6 +19,9 @@ import tempfile
 from pathlib import Path
 
 from engram_testing.server import build_tiny_model, sglang_server
+from sglang_engram.protocol.server_config import engram_flags
+
+from engram.placements import placement_named
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,11 +29,10 @@ TARGET_DRAM_OVER_HBM = 0.97
 
 
 def run_placement(model: Path, placement: str, args: argparse.Namespace, work: Path) -> dict:
-    extra = ["--engram-ssd-dir", str(work / "ssd")] if placement == "ssd" else []
+    ssd_dir = str(work / "ssd") if placement_named(placement).files else None
+    flags = engram_flags(offload=placement, ssd_dir=ssd_dir)
     result_file = work / f"{placement}.jsonl"
-    with sglang_server(
-        model, "--engram-offload", placement, *extra, log=work / f"{placement}.server.log"
-    ) as url:
+    with sglang_server(model, *flags, log=work / f"{placement}.server.log") as url:
         cmd = [
             sys.executable,
             "-m",

@@ -36,11 +36,13 @@ from pathlib import Path
 import psutil
 from engram_testing.soak.resources import Sampler
 from engram_testing.tree_memory import TreeMemory, short_key
+from sglang_engram.protocol.server_config import engram_flags
 
 from engram.cli import Parser, RawDescriptionFormatter, number, run
 from engram.cli_paths import directory
 from engram.errors import EngramInputError, EngramRunError
 from engram.files import GIB, nearest_existing
+from engram.placements import placement_named
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,10 +124,11 @@ def set_page_cache(files: list[Path], mode: str) -> float:
 
 def placement_args(config: str, ssd_dir: Path, ram_cache_gb: float) -> list[str]:
     placement, reader = CONFIGS[config]
-    flags = ["--engram-offload", placement]
-    if placement == "ssd":
-        flags += ["--engram-ssd-dir", str(ssd_dir), "--engram-ram-cache-gb", f"{ram_cache_gb:g}"]
-    return flags + (["--engram-ssd-read", reader] if reader else [])
+    files = placement_named(placement).files
+    return engram_flags(
+        offload=placement, ssd_dir=str(ssd_dir) if files else None,
+        ram_cache_gb=ram_cache_gb if files else None, ssd_read=reader,
+    )  # fmt: skip
 
 
 def serve_and_sample(
@@ -231,7 +234,7 @@ def measure(args: argparse.Namespace) -> int:
     ssd_dir = args.work / f"{stem}-ssd"
     convert_s = (
         convert(checkpoint, ssd_dir)
-        if any(CONFIGS[n][0] == "ssd" for n in args.placements)
+        if any(placement_named(CONFIGS[n][0]).files for n in args.placements)
         else None
     )
     print(f"checkpoint {checkpoint} ({table_gib:.3f} GiB table, written in {written_s:.0f} s), "

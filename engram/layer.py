@@ -121,7 +121,7 @@ class Engram(nn.Module, ABC):
 
     @property
     def enabled(self) -> bool:
-        return self.table.placement != "off"
+        return self.table.declaration.holds_table
 
     def forward(
         self,

@@ -24,6 +24,7 @@ from engram.model.config import TinyEngramConfig
 from engram.model.directory import model_file
 from engram.model.layers import MLP, Attention, LayerCache, RMSNorm
 from engram.model.tokenizer import load_tokenizer
+from engram.placements import placement_named
 from engram.ssd.converter import convert_checkpoint
 from engram.ssd.directory import table_dir
 from engram.tables import EngramTable, create_table
@@ -126,9 +127,11 @@ class TinyEngramModel(nn.Module):
         model_dir = Path(model_dir)
         cfg = TinyEngramConfig.from_pretrained(model_dir)
         token_map, _ = build_token_map(load_tokenizer(model_dir))
-        if placement == "ssd":
+        if placement_named(placement).files:
             if ssd_dir is None:
-                raise EngramConfigError("the ssd placement needs an ssd_dir for its table files")
+                raise EngramConfigError(
+                    f"the {placement} placement needs an ssd_dir for its table files"
+                )
             convert_checkpoint(
                 model_dir,
                 Path(ssd_dir),
@@ -266,9 +269,10 @@ def _open_table(
 ) -> EngramTable:
     index = cfg.engram_layer_ids.index(layer)
     rows, dim = cfg.engram_num_embeddings[index], cfg.engram_head_dim
-    if placement in ("off", "ssd"):
+    declared = placement_named(placement)
+    if not declared.loads_rows:
         # NOTE: ssd tables were converted from the checkpoint file by from_pretrained.
-        path = table_dir(ssd_dir, layer) if placement == "ssd" and ssd_dir is not None else None
+        path = table_dir(ssd_dir, layer) if declared.files and ssd_dir is not None else None
         return create_table(
             placement, None, None, num_rows=rows, head_dim=dim, device=device, path=path
         )

@@ -34,6 +34,7 @@ from engram.model.config import TinyEngramConfig
 from engram.model.corpus import Document, split_documents, stdlib_documents, token_stream
 from engram.model.modeling import TinyEngramModel, engram_table_names
 from engram.model.tokenizer import EOS_TOKEN_ID, train_tokenizer
+from engram.placements import Placement
 from engram.token_map import build_token_map
 
 REPORT_FILE = "train_report.json"
@@ -78,7 +79,9 @@ class TrainOptions:
 class TrainableRows(nn.Module):
     """An Engram table in fp32 with gradients, standing where a placement's table goes."""
 
-    placement = "train"
+    # NOTE: not registered: a placement for training only, never served
+    declaration = Placement("train", "fp32 rows with gradients")
+    placement = declaration.name
 
     def __init__(self, rows: torch.Tensor):
         super().__init__()

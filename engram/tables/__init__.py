@@ -1,8 +1,9 @@
 """Table placements behind one interface, chosen by name.
 
 Each placement is an :class:`EngramTable` subclass registered here under its name
-(``off`` included); ``PLACEMENTS`` and :func:`placement_names` feed the plugin's
-``--engram-offload`` choices, so a placement registered here shows up there too. A
+(``off`` included) with its declaration (:mod:`engram.placements`, its traits), which
+feeds the plugin's ``--engram-offload`` choices, its option checks and the specs' allowed
+placements, so a placement registered here shows up there too. A
 table is built from its rows and one :class:`TableOptions` (:func:`open_table`), or
 from keywords (:func:`create_table`).
 """
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from engram.errors import EngramTableError
+from engram.placements import declare, placement_names
 from engram.tables.base import EngramTable, TableCounters, check_table_arrays
 from engram.tables.dram import DramTable
 from engram.tables.hbm import HbmTable
@@ -24,11 +26,9 @@ from engram.tables.ssd import SsdTable
 
 
 def register_placement(table_class: type[EngramTable]) -> None:
+    """Register ``table_class`` and its declaration (``engram.placements``) by its name."""
+    declare(table_class.declaration)
     PLACEMENTS[table_class.placement] = table_class
-
-
-def placement_names() -> list[str]:
-    return list(PLACEMENTS)
 
 
 def open_table(

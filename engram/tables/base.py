@@ -17,6 +17,7 @@ import torch
 
 from engram.errors import EngramInputError, EngramTableError
 from engram.fp8 import FP8_BLOCK, as_uint8
+from engram.placements import Placement
 from engram.row_formats import E4m3Ue8m0Rows, RowFormat
 from engram.rows.read_ahead import ReadAheadHandle
 from engram.tables.timing import LookupClock
@@ -108,13 +109,17 @@ class EngramTable(ABC):
     hold ``e4m3-ue8m0`` rows only.
     """
 
+    # what the placement is (its traits: ``engram.placements``); ``placement`` is its name
+    declaration: ClassVar[Placement]
     placement: ClassVar[str] = ""
     # NOTE: the TableOptions fields the placement takes besides the common ones
     # (``engram.tables.options.COMMON_OPTIONS``); any other field set is an error.
     options: ClassVar[frozenset[str]] = frozenset()
-    # whether ``hot_cache_bytes`` puts an HBM hot-row cache in front of the table (an
-    # hbm table's rows are in HBM already)
-    hot_cache: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "declaration" in cls.__dict__:
+            cls.placement = cls.declaration.name
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ import logging
 import torch
 
 from engram.fp8 import row_bytes
+from engram.placements import DRAM
 from engram.tables.base import EngramTable, as_table_bytes, required_rows
 from engram.tables.gather import gather_dequant_torch
 from engram.tables.options import TableOptions
@@ -21,9 +22,8 @@ logger = logging.getLogger(__name__)
 
 
 class DramTable(EngramTable):
-    placement = "dram"
+    declaration = DRAM
     options = frozenset({"seed"})  # NOTE: the hot cache's (``with_hot_cache``), not the table's
-    hot_cache = True
 
     @classmethod
     def open(

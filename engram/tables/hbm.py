@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from engram.placements import HBM
 from engram.tables.base import EngramTable, as_table_bytes, required_rows
 from engram.tables.gather import gather_dequant_torch
 from engram.tables.options import TableOptions
 
 
 class HbmTable(EngramTable):
-    placement = "hbm"
+    declaration = HBM
 
     @classmethod
     def open(

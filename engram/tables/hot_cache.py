@@ -32,7 +32,7 @@ class HotRowCache(EngramTable):
     def __init__(self, inner: EngramTable, capacity_bytes: int, *, ways: int = 8):
         super().__init__(inner.num_rows, inner.head_dim, inner.device, inner.row_format)
         self.inner = inner
-        self.placement = inner.placement
+        self.declaration, self.placement = inner.declaration, inner.placement
         value_bytes = inner.head_dim * torch.finfo(torch.bfloat16).bits // 8
         # NOTE: at most one slot per row of the table, whatever the flag asked for.
         slots = min(max(1, capacity_bytes // value_bytes), inner.num_rows)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import torch
 
 from engram.errors import EngramTableError
+from engram.placements import OFF
 from engram.tables.base import EngramTable
 from engram.tables.options import TableOptions
 
 
 class OffTable(EngramTable):
-    placement = "off"
+    declaration = OFF
 
     def __init__(self, num_rows: int, head_dim: int, *, device: torch.device):
         super().__init__(num_rows, head_dim, device)
@@ -28,7 +29,7 @@ class OffTable(EngramTable):
         )
 
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, int, dict[str, int]]:
-        # NOTE: callers check ``placement == "off"`` and skip the Engram layer; reaching
+        # NOTE: callers ask ``declaration.holds_table`` and skip the Engram layer; reaching
         # here means a caller forgot, and zeros would silently change the model.
         raise EngramTableError("the 'off' placement holds no rows; skip the Engram layer instead")
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import torch
 
 from engram.errors import EngramTableError
+from engram.placements import Placement
 from engram.rows.read_ahead import DEFAULT_READ_AHEAD_BYTES
 from engram.rows.seed_rows import SeedRows
 from engram.ssd.layout import DEFAULT_CHUNK_BYTES
@@ -29,9 +30,9 @@ class PlacementClass(Protocol):
     """What the options read of a placement's table class (an
     ``engram.tables.base.EngramTable`` subclass, whose ``open`` takes these options)."""
 
+    declaration: ClassVar[Placement]
     placement: ClassVar[str]
     options: ClassVar[frozenset[str]]
-    hot_cache: ClassVar[bool]
 
 
 # NOTE: name -> table class, in registration order (the order of the CLI choices);
@@ -109,7 +110,7 @@ class TableOptions:
     @property
     def hot_cache_capacity(self) -> int:
         """Bytes of the HBM hot cache in front of the table (0: none)."""
-        return self.hot_cache_bytes if self.table_class.hot_cache else 0
+        return self.hot_cache_bytes if self.table_class.declaration.hot_cache else 0
 
 
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(TableOptions)) - {"placement"}

@@ -59,11 +59,12 @@ def _load(model_dir: str, max_total_tokens: int) -> Any:
     from sglang.srt.entrypoints.engine import _set_envs_and_config
     from sglang.srt.runtime_context import SpawnRanks, publish
     from sglang.srt.server_args import PortArgs, prepare_server_args
+    from sglang_engram.protocol.server_config import engram_flags
 
     # NOTE: through SGLang's own parser, so the plugin's flag hook sets what a server
     # of this checkpoint gets on the CPU engine
     server_args = prepare_server_args(
-        ["--model-path", model_dir, "--device", "cpu", "--engram-offload", "hbm",
+        ["--model-path", model_dir, "--device", "cpu", *engram_flags(offload="hbm"),
          "--max-total-tokens", str(max_total_tokens), "--disable-radix-cache",
          # NOTE: the pool is sized by --max-total-tokens; SGLang still checks the
          # weights leave that fraction of free host memory, which beside servers

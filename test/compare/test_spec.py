@@ -57,10 +57,14 @@ def test_cpu_sweeps_start_servers_on_the_cpu_engine(device: str, tmp_path: Path)
 def test_ssd_options_become_server_flags(tmp_path: Path) -> None:
     gb = random.choice([0.5, 1.25, 3.0])
     launch = {"engram_offload": "ssd", "engram_ssd_dir": "/nvme/t", "engram_ram_cache_gb": gb,
-              "engram_ssd_read": "direct"}  # fmt: skip
+              "engram_ssd_read": "direct", "engram_seed_profile": "/nvme/p.npz",
+              "engram_profile_out": "/nvme/served.npz"}  # fmt: skip
     spec = parse_sweep_spec(_base(configs=[{"name": "a", "launch": launch}]))
     text = " ".join(LaunchDeployment(spec.configs[0], spec, tmp_path).server_args(port=1234))
-    assert f"--engram-ram-cache-gb {gb} --engram-ssd-read direct" in text
+    assert (
+        f"--engram-ram-cache-gb {gb:g} --engram-ssd-read direct --engram-seed-profile "
+        "/nvme/p.npz --engram-profile-out /nvme/served.npz"
+    ) in text
 
 
 @pytest.mark.parametrize(

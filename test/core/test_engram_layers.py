@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engram.cli_paths",
             "engram.fp8",
             "engram.model_config",
+            "engram.placements",
         ),
     ),
     (

@@ -11,7 +11,6 @@ from sglang_engram.args.startup_checks import (
     EngramStartupError,
     check_hot_cache_fits,
     check_startup,
-    off_warning,
 )
 from sglang_engram.protocol.runtime import get_runtime
 from sglang_engram.protocol.server_config import EngramServerConfig
@@ -103,8 +102,7 @@ def test_ram_cache_with_another_placement_warns_in_one_line(model_dir, caplog, o
         )
     [warning] = [r.getMessage() for r in caplog.records if "ram-cache" in r.getMessage()]
     assert warning == (
-        f"--engram-ram-cache-gb is ignored with --engram-offload {offload} (it caches rows "
-        "of ssd tables only)"
+        f"--engram-ram-cache-gb is ignored with --engram-offload {offload} (it applies to ssd only)"
     )
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # not given: the default says nothing
@@ -133,7 +131,7 @@ def test_off_where_prompts_are_processed_says_what_is_lost(model_dir, caplog, ro
             get_runtime(), EngramServerConfig(offload="off", role=role), model_path=model_dir
         )
     assert f"--engram-offload off on a {name}: " in caplog.text
-    assert "without the model's n-gram memory" in off_warning(name)
+    assert "without the model's n-gram memory" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         check_startup(

@@ -24,7 +24,9 @@ from engram_testing.client import flush_prefix_cache, generate_ids, metrics, pos
 from engram_testing.plain import total_table_bytes
 from engram_testing.reference import agreement, agreement_all, load_reference, random_prompts
 from engram_testing.server import sglang_server
+from sglang_engram.protocol.server_config import engram_flags
 
+from engram.placements import placement_named
 from engram.spec import EngramSpec
 from test.serving.request_fuzz import fuzz_and_check, target_of, walk_away
 
@@ -80,10 +82,10 @@ def servers(tiny, ssd_dir, tmp_path_factory) -> Iterator[dict[str, Served]]:
     template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
 
     def start(stack: contextlib.ExitStack, placement: str) -> Served:
-        extra = ["--engram-ssd-dir", str(ssd_dir)] if placement == "ssd" else []
-        extra += ["--chat-template", str(template)]
+        files = placement_named(placement).files
+        flags = engram_flags(offload=placement, ssd_dir=str(ssd_dir) if files else None)
         log = logs / f"{placement}.log"
-        server = sglang_server(tiny, "--engram-offload", placement, *extra, log=log)
+        server = sglang_server(tiny, *flags, "--chat-template", str(template), log=log)
         return Served(placement, stack.enter_context(server), log)
 
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(PLACEMENTS)) as pool:

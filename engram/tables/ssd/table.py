@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from engram.errors import EngramTableError
+from engram.placements import SSD
 from engram.rows.read_ahead import ReadAhead, ReadAheadHandle
 from engram.ssd.ensure import ensure_table, resolve_table_dir
 from engram.ssd.integrity import verify_table
@@ -34,11 +35,10 @@ from engram.tables.ssd.table_file import TableFile
 
 
 class SsdTable(EngramTable):
-    placement = "ssd"
+    declaration = SSD
     options = frozenset(
         "path layer source read ram_cache_bytes read_ahead_bytes verify chunk_bytes seed".split()
     )
-    hot_cache = True
 
     @classmethod
     def open(

@@ -8,6 +8,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from engram.placements import placement_named
 from engram_testing.soak.faults import Fault, targets
 from engram_testing.soak.load import Outcome
 
@@ -34,7 +35,7 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 
 def regime_of(prefill_offload: str, decode_offload: str) -> str:
     """The reference regime a PD pairing serves: Engram where each side has it."""
-    pre, dec = prefill_offload != "off", decode_offload != "off"
+    pre, dec = (placement_named(p).holds_table for p in (prefill_offload, decode_offload))
     return {(1, 1): "both", (1, 0): "prefill_only", (0, 1): "decode_only"}.get((pre, dec), "none")
 
 

@@ -10,6 +10,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import psutil
+from sglang_engram.protocol.server_config import engram_flags
 
 from engram.model.builder import TRAINED_MODEL
 from engram.model.tokenizer import ASSET
@@ -64,15 +65,12 @@ def server_args(name: str, table_gib: float, ssd_dir: Path, profile: Path | None
     # --sleep-on-idle: a CPU server otherwise spins a core while it waits its turn.
     fraction = CONFIGS[name]
     if fraction is None:
-        return ["--sleep-on-idle", "--engram-offload", name]
-    flags = [
-        "--sleep-on-idle", "--engram-offload", "ssd", "--engram-ssd-dir", str(ssd_dir),
-        "--engram-ram-cache-gb", f"{table_gib * fraction:.6g}", "--engram-ssd-read", "direct",
-    ]  # fmt: skip
-    if seeded(name):
-        assert profile is not None, "a seeded config needs the profile built first"
-        flags += ["--engram-seed-profile", str(profile)]
-    return flags
+        return ["--sleep-on-idle", *engram_flags(offload=name)]
+    assert profile is not None or not seeded(name), "a seeded config needs the profile built first"
+    return ["--sleep-on-idle", *engram_flags(
+        offload="ssd", ssd_dir=str(ssd_dir), ram_cache_gb=float(f"{table_gib * fraction:.6g}"),
+        ssd_read="direct", seed_profile=str(profile) if seeded(name) else None,
+    )]  # fmt: skip
 
 
 def slug(name: str) -> str:

@@ -11,155 +11,67 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from engram.errors import EngramConfigError
+from engram.placements import DECLARED, placement_names
 from sglang_engram.protocol.runtime import EngramRuntime
-from sglang_engram.protocol.server_config import (
-    DEFAULT_OFFLOAD,
-    DEFAULT_RAM_CACHE_GB,
-    EngramServerConfig,
-)
+from sglang_engram.protocol.server_config import OPTIONS, EngramServerConfig
 
 logger = logging.getLogger(__name__)
 
 # NOTE: every option string add_engram_args defines (the cluster launcher manages them);
-# test_flags checks the parser against this list.
-ENGRAM_FLAGS = (
-    "--engram-offload",
-    "--engram-ssd-dir",
-    "--engram-prefetch",
-    "--no-engram-prefetch",
-    "--engram-hot-cache-gb",
-    "--engram-ram-cache-gb",
-    "--engram-ssd-read",
-    "--engram-seed-profile",
-    "--engram-profile-out",
+# made from the declared options, as the parser is.
+ENGRAM_FLAGS = tuple(
+    f
+    for o in OPTIONS
+    for f in (o.flag, *([o.flag.replace("--", "--no-", 1)] if o.kind is bool else []))
 )
-# NOTE: mirrors engram.ssd.readers.READERS, the --engram-ssd-read strategies, for the
-# cluster and sweep specs (reading a spec imports no torch); test_spec checks they agree.
-SsdRead = Literal["mmap", "pread", "direct"]
-
-_PLACEMENT_HELP = {
-    "hbm": "device memory (TP-sharded)",
-    "dram": "pinned host memory read over UVA",
-    "ssd": "files under --engram-ssd-dir with a RAM cache",
-    "off": "no table; Engram layers leave the residual unchanged",
-}
 
 
 def placement_choices() -> list[str]:
-    """The placements the core library registers (engram.tables.PLACEMENTS)."""
-    from engram.tables import placement_names
-
+    """The placements the core library registers (engram.placements)."""
     return placement_names()
 
 
 def add_engram_args(parser: argparse.ArgumentParser) -> None:
-    """Add the Engram flags to ``parser`` (once; a second call is a no-op)."""
-    if any("--engram-offload" in a.option_strings for a in parser._actions):
+    """Add the Engram flags, one per declared option (``EngramServerConfig``), to
+    ``parser`` (once; a second call is a no-op)."""
+    if any(OPTIONS[0].flag in a.option_strings for a in parser._actions):
         return
-    choices = placement_choices()
     group = parser.add_argument_group(
         "Engram (sglang-engram plugin)",
         "Where the Engram n-gram tables live. Applies to Engram models only; the same "
         "flags serve prefill and decode workers of a disaggregated deployment.",
     )
-    placements = "; ".join(f"{c}: {_PLACEMENT_HELP.get(c, c)}" for c in choices)
-    group.add_argument(
-        "--engram-offload",
-        choices=choices,
-        default=None,
-        help=f"Placement of the Engram tables (default {DEFAULT_OFFLOAD} for every "
-        f"role). {placements}.",
-    )
-    group.add_argument(
-        "--engram-ssd-dir",
-        default=None,
-        metavar="PATH",
-        help="Directory for the ssd placement's table files (required with "
-        "--engram-offload ssd); converted from the checkpoint on first start, "
-        "reused afterwards.",
-    )
-    group.add_argument(
-        "--engram-prefetch",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="Read Engram rows ahead of the layer that needs them: the tiny model's hbm/dram "
-        "lookups start on a side stream as soon as the batch's token ids are known "
-        "(DeepSeek-V4.1 keeps upstream's schedule); ssd tables read a request's rows from disk "
-        "when it is queued and the next decode step's rows as soon as a step's tokens are "
-        "sampled, with the overlap scheduler (the default; keep it) or without it.",
-    )
-    group.add_argument(
-        "--engram-hot-cache-gb",
-        type=float,
-        default=0.0,
-        metavar="N",
-        help="GiB of device memory (per GPU, shared by its Engram tables) caching hot rows "
-        "in front of dram or ssd tables (default 0 = none).",
-    )
-    # NOTE: plain float types: SGLang's parser would print its whole usage for a bad value;
-    # startup_checks.check_startup refuses negative ones in one line. None = not given, so
-    # that giving the RAM cache with another placement than ssd warns.
-    group.add_argument(
-        "--engram-ram-cache-gb",
-        type=float,
-        default=None,
-        metavar="N",
-        help="GiB of host memory (per GPU, shared by its Engram tables) caching rows of the "
-        f"ssd placement (default {DEFAULT_RAM_CACHE_GB:g}; ssd only).",
-    )
-
-    group.add_argument(
-        "--engram-ssd-read",
-        default=None,
-        metavar="STRATEGY",
-        help="How the ssd placement reads rows from its files: mmap (default; through the "
-        "page cache), pread (a thread pool, through the page cache) or direct (O_DIRECT "
-        "in one AIO submission per lookup; the page cache is out of play, the RAM cache "
-        "is the only cache).",
-    )
-    group.add_argument(
-        "--engram-seed-profile",
-        default=None,
-        metavar="PATH",
-        help="A row profile (python -m engram.profile MODEL CORPUS --out PATH) whose hottest "
-        "rows fill each ssd table's RAM cache in the background at start-up, read in file "
-        "order (ssd only; refused when it was made for another model or tokenizer).",
-    )
-    group.add_argument(
-        "--engram-profile-out",
-        default=None,
-        metavar="PATH",
-        help="Write the row profile of what this server serves (each ssd table's own count "
-        "of the rows its lookups read, the most read 1 M per table) to PATH, in the format "
-        "of python -m engram.profile: once lookups settle for 2 s, every 60 s under "
-        "traffic and at shutdown, atomically; a later start seeds from it with "
-        "--engram-seed-profile PATH. A TP rank writes its own rows to PATH with its "
-        "shard's suffix (P.tp0of2.npz), merged by python -m engram.profile merge (ssd only).",
-    )
+    placements = "; ".join(f"{p.name}: {p.summary}" for p in DECLARED.values())
+    for o in OPTIONS:
+        # NOTE: every default is None (not given), so that the rules can tell an option
+        # given from the default; numbers are plain floats (SGLang's parser would print
+        # its whole usage for a bad value): option_rules.check refuses them in one line.
+        kwargs: dict[str, Any] = {
+            "default": None,
+            "help": o.help.replace("{placements}", placements),
+        }
+        if o.kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["metavar"] = o.metavar
+            kwargs["type"] = o.kind
+        if o.listed and o.choices is not None:
+            kwargs["choices"] = o.choices()
+            del kwargs["metavar"]
+        group.add_argument(o.flag, **kwargs)
 
 
 def config_from_namespace(args: argparse.Namespace) -> EngramServerConfig:
     """The config the parsed flags describe (defaults where a flag is absent)."""
-    offload = getattr(args, "engram_offload", None)
+    values = {o.name: getattr(args, "engram_" + o.name, None) for o in OPTIONS}
     return EngramServerConfig(
-        offload=offload or DEFAULT_OFFLOAD,
-        ssd_dir=getattr(args, "engram_ssd_dir", None),
-        prefetch=bool(getattr(args, "engram_prefetch", True)),
-        hot_cache_gb=float(getattr(args, "engram_hot_cache_gb", 0.0) or 0.0),
-        ram_cache_gb=_given_float(getattr(args, "engram_ram_cache_gb", None)),
-        ssd_read=getattr(args, "engram_ssd_read", None),
-        seed_profile=getattr(args, "engram_seed_profile", None),
-        profile_out=getattr(args, "engram_profile_out", None),
+        **{k: v for k, v in values.items() if v is not None},
         role=str(getattr(args, "disaggregation_mode", None) or "null"),
-        offload_explicit=offload is not None,
+        offload_explicit=values["offload"] is not None,
     )
-
-
-def _given_float(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 # ---- hooks (registered in hooks.py) -----------------------------------------------------

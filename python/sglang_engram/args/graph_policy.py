@@ -1,6 +1,7 @@
 """Which CUDA-graph backend serves the Engram lookups that a plain graph cannot replay.
 
-``ssd`` tables (any family) are read from files on the host, and the lookups of a family
+A placement whose lookups run host code (``Placement.host_lookup``: ``ssd`` tables, of any
+family, are read from files on the host), and the lookups of a family
 marked ``eager`` (the tiny model) go through the core library's tables (RAM and HBM caches, counters): a plain
 (``full``) CUDA graph would replay the capture's rows. SGLang's breakable backend runs
 them as eager breaks between captured segments (``forward/graph_breaks.py``), so:
@@ -54,19 +55,21 @@ def graph_policy(server_args: Any, config: EngramServerConfig, family: ModelFami
     line for a choice it refuses."""
     if family is None or not family.served or not config.enabled or server_args.disable_cuda_graph:
         return
-    ssd = config.offload == "ssd"
-    if not (family.eager or ssd):
+    placement = config.placement
+    host = placement.host_lookup
+    if not (family.eager or host):
         return
     chosen = {phase: chosen_backend(server_args, phase) for phase in PHASES}
-    if ssd and FULL in chosen.values():
-        # NOTE: a full graph replay would skip the file reads and serve stale rows.
+    if host and FULL in chosen.values():
+        # NOTE: a full graph replay would skip the lookups' host work and serve stale rows.
         phase = next(p for p in PHASES if chosen[p] == FULL)
         raise SystemExit(
-            f"sglang-engram: error: --engram-offload ssd reads table files between "
+            f"sglang-engram: error: --engram-offload {placement.name} {host} between "
             f"CUDA-graph segments, which the full {phase} backend cannot replay; use "
-            f"--cuda-graph-backend-{phase} breakable (the default with ssd) or disabled"
+            f"--cuda-graph-backend-{phase} breakable (the default with {placement.name}) "
+            "or disabled"
         )
-    why = "its ssd tables are read from files" if ssd else family.title
+    why = f"the {placement.name} tables' lookups {host}" if host else family.title
     blocker = _breakable_unavailable(server_args)
     if blocker is not None:
         if BREAKABLE not in chosen.values():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -17,21 +16,11 @@ from pathlib import Path
 from engram.errors import EngramConfigError, EngramError
 from engram.files import GIB, nearest_existing
 from sglang_engram.protocol.family import HfConfig, ModelFamily
+from sglang_engram.protocol.option_rules import check
 from sglang_engram.protocol.runtime import EngramRuntime, TableState
 from sglang_engram.protocol.server_config import EngramServerConfig
 
 logger = logging.getLogger(__name__)
-
-
-def off_warning(role_name: str) -> str:
-    """What ``off`` costs where a prompt's KV cache is computed: a prefill worker or a
-    single server."""
-    return (
-        f"--engram-offload off on a {role_name}: the n-gram tables are not loaded, so every "
-        "prompt is processed without the model's n-gram memory and the KV cache differs from "
-        "what the trained model computes (lower quality output). Use off on decode workers "
-        "only, or hbm/dram/ssd here."
-    )
 
 
 class EngramStartupError(EngramConfigError):
@@ -48,16 +37,17 @@ def check_startup(
 ) -> None:
     """Raise :class:`EngramStartupError` for unusable flags; log the warnings.
     ``tokenizer_path``: the server's (default ``model_path``), for the seed profile."""
-    _check_numbers(config)
-    _check_read(config)
-    _check_seed_placement(config)
-    _check_profile_out_placement(config)
     facts = runtime.model_facts(model_path)
-    hf_config, family = facts.hf_config, facts.family
-    if config.offload == "ssd" and model_path and hf_config is None:
+    hf_config, family, placement = facts.hf_config, facts.family, config.placement
+    tables = hf_config is None or facts.serves_tables
+    try:
+        warnings = check(config.option_values(), flags=True, tables=tables, role=config.role)
+    except EngramConfigError as exc:
+        raise EngramStartupError(str(exc)) from None
+    if placement.files and model_path and hf_config is None:
         raise EngramStartupError(
-            f"--engram-offload ssd converts the tables from the checkpoint's files, but "
-            f"{model_path} is not a local directory with a config.json; download the "
+            f"--engram-offload {placement.name} converts the tables from the checkpoint's "
+            f"files, but {model_path} is not a local directory with a config.json; download the "
             "model first (huggingface-cli download ORG/NAME --local-dir DIR) and pass "
             "--model-path DIR"
         )
@@ -68,7 +58,7 @@ def check_startup(
             family.request_limits(hf_config)
         except EngramConfigError as exc:
             raise EngramStartupError(f"{family.title}: {exc}") from exc
-    if hf_config is not None and not facts.serves_tables:
+    if not tables:
         if config.offload_explicit or config.ssd_dir or config.hot_cache_gb:
             logger.warning(_ignored_flags(model_path, family, config))
         return
@@ -77,32 +67,16 @@ def check_startup(
             family.check_config(hf_config, config)
         except EngramConfigError as exc:
             raise EngramStartupError(str(exc)) from exc
-    if config.offload == "ssd":
+    for warning in warnings:
+        logger.warning(warning)
+    if placement.files:
         check_ssd_dir(runtime.tables, config.ssd_dir, family, hf_config, model_path, tp_size)
-        if config.seed_profile is not None:
-            check_seed_profile(config.seed_profile, hf_config, model_path, tokenizer_path)
-        if config.profile_out is not None:
-            check_profile_out(config.profile_out, hf_config, model_path, tokenizer_path)
-    elif config.ssd_dir:
-        logger.warning("--engram-ssd-dir is ignored with --engram-offload %s", config.offload)
-    if config.ssd_read is not None and config.offload != "ssd":
-        logger.warning("--engram-ssd-read is ignored with --engram-offload %s", config.offload)
-    if config.ram_cache_gb is not None and config.offload != "ssd":
-        logger.warning(
-            "--engram-ram-cache-gb is ignored with --engram-offload %s (it caches rows of "
-            "ssd tables only)",
-            config.offload,
-        )
-    if config.hot_cache_gb and config.offload not in ("dram", "ssd"):
-        logger.warning(
-            "--engram-hot-cache-gb is ignored with --engram-offload %s (it caches rows "
-            "of dram and ssd tables only)",
-            config.offload,
-        )
-    elif config.hot_cache_gb:
+    if placement.seeds and config.seed_profile is not None:
+        check_seed_profile(config.seed_profile, hf_config, model_path, tokenizer_path)
+    if placement.seeds and config.profile_out is not None:
+        check_profile_out(config.profile_out, hf_config, model_path, tokenizer_path)
+    if placement.hot_cache and config.hot_cache_gb:
         check_hot_cache_fits(config.hot_cache_gb, free_gpu_bytes())
-    if config.role != "decode" and not config.enabled:
-        logger.warning(off_warning(config.role_name))
 
 
 def _ignored_flags(
@@ -117,40 +91,6 @@ def _ignored_flags(
         f"--engram-* flags ignored: {model_path} is {family.title}, whose {family.tables} "
         f"is served by {family.implementation(config)}; serving it normally"
     )
-
-
-def _check_numbers(config: EngramServerConfig) -> None:
-    for flag, value in (
-        ("--engram-hot-cache-gb", config.hot_cache_gb),
-        ("--engram-ram-cache-gb", config.ram_cache_gb),
-    ):
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise EngramStartupError(f"{flag} must be >= 0, got {value:g}")
-
-
-def _check_read(config: EngramServerConfig) -> None:
-    from engram.ssd.readers import reader_names
-
-    if config.ssd_read is not None and config.ssd_read not in reader_names():
-        raise EngramStartupError(
-            f"--engram-ssd-read must be one of {', '.join(reader_names())}, got {config.ssd_read!r}"
-        )
-
-
-def _check_seed_placement(config: EngramServerConfig) -> None:
-    if config.seed_profile is None:
-        return
-    flag = f"--engram-seed-profile {config.seed_profile}"
-    if config.offload != "ssd":
-        raise EngramStartupError(
-            f"{flag} seeds the RAM cache of ssd tables, but this server's placement is "
-            f"{config.offload}; pass --engram-offload ssd or leave the profile out"
-        )
-    if config.ram_cache_bytes == 0:
-        raise EngramStartupError(
-            f"{flag}: --engram-ram-cache-gb {config.ram_cache_gb:g} leaves no RAM cache to "
-            "seed; give the cache some memory or leave the profile out"
-        )
 
 
 def check_seed_profile(
@@ -174,15 +114,6 @@ def check_seed_profile(
         raise EngramStartupError(
             f"{flag} was not made for {model_path}: {why}; profile a corpus with this model "
             f"(python -m engram.profile {model_path} CORPUS --out PROFILE)"
-        )
-
-
-def _check_profile_out_placement(config: EngramServerConfig) -> None:
-    if config.profile_out is not None and config.offload != "ssd":
-        raise EngramStartupError(
-            f"--engram-profile-out {config.profile_out} writes the rows ssd tables served, "
-            f"but this server's placement is {config.offload}; pass --engram-offload ssd or "
-            "leave it out"
         )
 
 
@@ -217,12 +148,8 @@ def check_ssd_dir(
     tp_size: int = 1,
 ) -> None:
     """The ssd placement needs a writable directory with room for every table (each TP
-    rank's shard of it when ``tp_size > 1``)."""
-    if not ssd_dir:
-        raise EngramStartupError(
-            "--engram-offload ssd needs --engram-ssd-dir PATH (a directory on a local "
-            "SSD where the tables are converted on first start)"
-        )
+    rank's shard of it when ``tp_size > 1``); ``option_rules.check`` saw it given."""
+    assert ssd_dir, "option_rules.check: the placement needs --engram-ssd-dir"
     path = Path(ssd_dir)
     if path.exists() and not path.is_dir():
         raise EngramStartupError(f"--engram-ssd-dir {ssd_dir} exists and is not a directory")

@@ -8,20 +8,16 @@ choices (Engram off on a prefill worker, the fake transfer backend) become ``war
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from sglang_engram.args.flags import ENGRAM_FLAGS, SsdRead
+from sglang_engram.args.flags import ENGRAM_FLAGS
 from sglang_engram.cluster.recovery import RestartPolicy, StrictModel, Timeouts
-from sglang_engram.protocol.server_config import DEFAULT_OFFLOAD
+from sglang_engram.spec_files.engram_keys import engram_keys
 from sglang_engram.spec_files.schema_errors import first_error
 from sglang_engram.spec_files.yaml_file import read_mapping
 
-# NOTE: mirrors the plugin's --engram-offload choices (engram.tables.PLACEMENTS); kept
-# here so that reading a spec imports no torch. test_spec checks the two agree.
-EngramOffload = Literal["hbm", "dram", "ssd", "off"]
-ENGRAM_OFFLOADS = get_args(EngramOffload)
 NAME = r"^[a-z0-9][a-z0-9-]*$"
 WORKER_FIELD = "{worker}"  # in engram_profile_out: the worker's name
 Device = Literal["gpu", "cpu"]
@@ -88,24 +84,18 @@ class RouterSpec(StrictModel):
         return None if path is None else str(Path(path).expanduser().resolve())
 
 
-class WorkerGroup(StrictModel):
-    """``count`` identical SGLang servers of one role."""
+class WorkerGroup(engram_keys(StrictModel, "WorkerEngramKeys")):  # type: ignore[misc]
+    """``count`` identical SGLang servers of one role; its ``engram_*`` keys are the
+    declared server options (``spec_files/engram_keys.py``)."""
 
     role: Literal["prefill", "decode"]
     name: str = Field("", pattern=r"^$|" + NAME)  # default: the role
     count: int = Field(1, ge=1)
     tp_size: int = Field(1, ge=1)
     gpus_per_worker: float = Field(0, gt=0)  # default: tp_size
-    engram_offload: EngramOffload = DEFAULT_OFFLOAD
-    engram_ssd_dir: str | None = None
-    engram_prefetch: bool | None = None
-    engram_hot_cache_gb: float | None = Field(None, ge=0)
-    engram_ram_cache_gb: float | None = Field(None, ge=0)
-    engram_ssd_read: SsdRead | None = None
-    engram_seed_profile: str | None = None
-    # NOTE: each worker writes its own served profile: WORKER_FIELD in the path becomes
-    # the worker's name (build_plan), needed when the group has more than one worker.
-    engram_profile_out: str | None = None
+    # NOTE: each worker writes its own served profile (engram_profile_out): WORKER_FIELD
+    # in the path becomes the worker's name (build_plan), needed when the group has more
+    # than one worker.
     # Pins: the group's workers run only on Ray nodes with every one of these labels
     # (`ray start --labels k=v`) and these custom resources (`ray start --resources`),
     # of which each worker takes the amount given.
@@ -133,11 +123,7 @@ class WorkerGroup(StrictModel):
     def fill_defaults(cls, raw: Any) -> Any:
         if not isinstance(raw, dict):
             return raw
-        raw = {"name": raw.get("role", ""), "gpus_per_worker": raw.get("tp_size", 1), **raw}
-        if raw.get("engram_offload") is False:
-            # NOTE: YAML 1.1 reads a bare `off` as false; `engram_offload: off` means "off".
-            raw["engram_offload"] = "off"
-        return raw
+        return {"name": raw.get("role", ""), "gpus_per_worker": raw.get("tp_size", 1), **raw}
 
     @model_validator(mode="after")
     def check_group(self) -> WorkerGroup:
@@ -153,13 +139,7 @@ class WorkerGroup(StrictModel):
             problem = f"is not a multiple of tp_size {tp}"
         if problem:
             raise ValueError(f"gpus_per_worker {gpus:g} {problem}")
-        if self.engram_offload == "ssd" and not self.engram_ssd_dir:
-            raise ValueError("engram_offload ssd needs engram_ssd_dir")
-        if self.engram_seed_profile and self.engram_offload != "ssd":
-            raise ValueError("engram_seed_profile seeds ssd tables: it needs engram_offload ssd")
         out = self.engram_profile_out
-        if out and self.engram_offload != "ssd":
-            raise ValueError("engram_profile_out counts ssd tables: it needs engram_offload ssd")
         if out and self.count > 1 and WORKER_FIELD not in out:
             raise ValueError(
                 f"engram_profile_out {out}: the group's {self.count} workers would write one "
@@ -182,45 +162,8 @@ class WorkerGroup(StrictModel):
     def worker_names(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(self.count)]
 
-    @property
-    def engram_flags(self) -> list[str]:
-        """The plugin's flags for this group (only those the spec sets)."""
-        flags = ["--engram-offload", self.engram_offload]
-        if self.engram_ssd_dir is not None:
-            flags += ["--engram-ssd-dir", self.engram_ssd_dir]
-        if self.engram_prefetch is not None:
-            flags.append("--engram-prefetch" if self.engram_prefetch else "--no-engram-prefetch")
-        if self.engram_hot_cache_gb is not None:
-            flags += ["--engram-hot-cache-gb", f"{self.engram_hot_cache_gb:g}"]
-        if self.engram_ram_cache_gb is not None:
-            flags += ["--engram-ram-cache-gb", f"{self.engram_ram_cache_gb:g}"]
-        if self.engram_ssd_read is not None:
-            flags += ["--engram-ssd-read", self.engram_ssd_read]
-        if self.engram_seed_profile is not None:
-            flags += ["--engram-seed-profile", self.engram_seed_profile]
-        if self.engram_profile_out is not None:
-            flags += ["--engram-profile-out", self.engram_profile_out]
-        return flags
-
     def warnings(self, where: str) -> list[str]:
-        offload, out = self.engram_offload, []
-        ignored = {
-            "engram_ssd_dir (only ssd)": self.engram_ssd_dir and offload != "ssd",
-            "engram_ram_cache_gb (only ssd)": self.engram_ram_cache_gb is not None
-            and offload != "ssd",
-            "engram_ssd_read (only ssd)": self.engram_ssd_read is not None and offload != "ssd",
-            "engram_hot_cache_gb (only dram or ssd)": self.engram_hot_cache_gb
-            and offload not in ("dram", "ssd"),
-            "engram_prefetch": self.engram_prefetch is not None and offload == "off",
-        }
-        if unused := [key for key, bad in ignored.items() if bad]:
-            out.append(f"{where}: engram_offload {offload} ignores {', '.join(unused)}")
-        if self.role == "prefill" and offload == "off":
-            out.append(
-                f"{where}: engram_offload off on a prefill worker: prompts are processed "
-                "without the Engram tables, so outputs differ from the full model"
-            )
-        return out
+        return [f"{where}: {warning}" for warning in self.engram_warnings(self.role)]
 
 
 class ClusterSpec(StrictModel):

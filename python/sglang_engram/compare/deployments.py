@@ -127,17 +127,7 @@ class LaunchDeployment(Deployment):
         a = self.config.launch
         assert a is not None
         args = ["--model-path", self.spec.model, "--host", "127.0.0.1", "--port", str(port)]
-        args += ["--tp-size", str(a.tp_size), "--engram-offload", a.engram_offload]
-        if a.engram_ssd_dir:
-            args += ["--engram-ssd-dir", a.engram_ssd_dir]
-        if a.engram_prefetch is not None:
-            args.append("--engram-prefetch" if a.engram_prefetch else "--no-engram-prefetch")
-        if a.engram_hot_cache_gb is not None:
-            args += ["--engram-hot-cache-gb", str(a.engram_hot_cache_gb)]
-        if a.engram_ram_cache_gb is not None:
-            args += ["--engram-ram-cache-gb", str(a.engram_ram_cache_gb)]
-        if a.engram_ssd_read is not None:
-            args += ["--engram-ssd-read", a.engram_ssd_read]
+        args += ["--tp-size", str(a.tp_size), *a.engram_flags]
         if self.spec.device == "cpu":
             args += CPU_SERVER_ARGS
         return [*args, "--enable-metrics", *a.extra_args]

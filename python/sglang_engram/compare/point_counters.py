@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from engram.placements import having
 from sglang_engram.metrics.names import (
     BYTES_READ,
     HOT_CACHE_HIT_RATIO,
@@ -75,7 +76,7 @@ def point_counters(
     total = sum(read.values())
     hot = None
     # NOTE: with hbm tables every byte is "hbm" without any cache in front: no ratio.
-    if any(p in placement for p in ("dram", "ssd")) and total > 0:
+    if any(p in placement for p in having("hot_cache")) and total > 0:
         hot = read.get(HOT_TIER, 0.0) / total
     return {
         "rows_per_output_token": rows / output_tokens if output_tokens else None,

@@ -25,18 +25,11 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sglang_engram.args.flags import SsdRead
+from sglang_engram.spec_files.engram_keys import engram_keys, placement_key
 from sglang_engram.spec_files.schema_errors import first_error
 from sglang_engram.spec_files.yaml_file import read_mapping
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-# NOTE: the plugin's --engram-offload choices, as the cluster spec lists them (no torch).
-Placement = Literal["hbm", "dram", "ssd", "off"]
-
-
-def _off(value: Any) -> Any:
-    """YAML 1.1 reads a bare ``off`` as false; as a placement it means "off"."""
-    return "off" if value is False else value
 
 
 class SweepSpecError(ValueError):
@@ -87,26 +80,13 @@ class Workload(_Strict):
         return {"kind": self.kind, **body.model_dump()}
 
 
-class LaunchArgs(_Strict):
-    """One ``sglang.launch_server`` the sweep starts and stops."""
+class LaunchArgs(engram_keys(_Strict, "LaunchEngramKeys")):  # type: ignore[misc]
+    """One ``sglang.launch_server`` the sweep starts and stops; its ``engram_*`` keys are
+    the declared server options (``spec_files/engram_keys.py``)."""
 
     tp_size: int = Field(1, gt=0)
-    engram_offload: Placement = "dram"
-    engram_ssd_dir: str | None = None
-    engram_prefetch: bool | None = None
-    engram_hot_cache_gb: float | None = Field(None, ge=0)
-    engram_ram_cache_gb: float | None = Field(None, ge=0)
-    engram_ssd_read: SsdRead | None = None
     extra_args: list[str] = []
     startup_timeout_s: float = Field(1800.0, gt=0)
-
-    _offload_off = field_validator("engram_offload", mode="before")(_off)
-
-    @model_validator(mode="after")
-    def _ssd_dir(self) -> LaunchArgs:
-        if self.engram_offload == "ssd" and not self.engram_ssd_dir:
-            raise ValueError("engram_offload ssd needs engram_ssd_dir")
-        return self
 
 
 class ConfigSpec(_Strict):
@@ -117,10 +97,10 @@ class ConfigSpec(_Strict):
     url: str | None = Field(None, pattern=r"^https?://")
     num_gpus: int | None = Field(None, gt=0)
     sku: str | None = None
-    placement: Placement | None = None
+    placement: str | None = None
     metrics_urls: list[str] = []
 
-    _placement_off = field_validator("placement", mode="before")(_off)
+    _placement = field_validator("placement", mode="before")(lambda cls, v: placement_key(v))
 
     @model_validator(mode="after")
     def _kind(self) -> ConfigSpec:

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from engram.placements import placement_named
 from engram.tables import TableCounters
 from sglang_engram.metrics.names import (
     BYTES_READ,
@@ -131,7 +132,7 @@ class EngramMetrics:
             cache_hits += stats.get("ram_cache_hits", 0)
             cache_reads += stats.get("ram_cache_hits", 0) + stats.get("ram_cache_misses", 0)
             self._seen[id(counters)] = (counters, now)
-            if entry.table.placement in ("dram", "ssd"):
+            if placement_named(entry.table.placement).hot_cache:
                 hot += now["bytes_read"].get(HOT_TIER, 0)
                 total += sum(now["bytes_read"].values())
         for gone in self._seen.keys() - {id(entry.table.counters) for entry in entries}:

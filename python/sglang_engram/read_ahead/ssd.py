@@ -186,7 +186,7 @@ def after_load_model(runtime: EngramRuntime) -> Callable[..., None]:
 
     def after(result: object, runner: Any, *_: object, **__: object) -> None:
         config = runtime.serving_config()
-        if getattr(runner, "is_draft_worker", False) or config.offload != "ssd":
+        if getattr(runner, "is_draft_worker", False) or not config.placement.read_ahead:
             return
         family = runtime.model_facts(runner.model_config.model_path).family
         hasher = family.row_hasher(runner.model) if family is not None and config.prefetch else None

@@ -74,22 +74,24 @@ def layer_table_options(
     # NOTE: the family's own count when there is no local config.json (a hub id).
     tables = len(family.table_layers(runtime.model_facts(model_path).hf_config))
     num_rows, hot_cache_bytes = rows[1] - rows[0], config.hot_cache_bytes // tables
-    if config.offload != "ssd":
-        return TableOptions(
-            config.offload, device=device, head_dim=head_dim, num_rows=num_rows,
-            hot_cache_bytes=hot_cache_bytes,
-        )  # fmt: skip
-    assert config.ssd_dir is not None, "validated at startup: ssd needs --engram-ssd-dir"
+    placement, options = config.placement, {}
+    if placement.files:
+        assert config.ssd_dir is not None, "option_rules.check: the placement needs a directory"
+        options["path"] = table_dir(config.ssd_dir, layer_id, shard)
+        options["source"] = checkpoint_source(runtime.tables, family, model_path, layer_id, rows)
+        options["read"] = config.ssd_read or DEFAULT_READER
+    if placement.ram_cache:
+        options["ram_cache_bytes"] = config.ram_cache_bytes // tables
+    if placement.read_ahead:
+        options["read_ahead_bytes"] = DEFAULT_READ_AHEAD_BYTES // tables
+    if placement.seeds:
+        options["seed"] = seed_rows(config.seed_profile, layer_id, rows, shard)
+        options["tally"] = served_tally(
+            runtime, config.profile_out, layer_id, rows, shard, model_path
+        )
     return TableOptions(
-        "ssd", device=device, head_dim=head_dim, num_rows=num_rows,
-        hot_cache_bytes=hot_cache_bytes,
-        path=table_dir(config.ssd_dir, layer_id, shard),
-        source=checkpoint_source(runtime.tables, family, model_path, layer_id, rows),
-        read=config.ssd_read or DEFAULT_READER,
-        ram_cache_bytes=config.ram_cache_bytes // tables,
-        read_ahead_bytes=DEFAULT_READ_AHEAD_BYTES // tables,
-        seed=seed_rows(config.seed_profile, layer_id, rows, shard),
-        tally=served_tally(runtime, config.profile_out, layer_id, rows, shard, model_path),
+        config.offload, device=device, head_dim=head_dim, num_rows=num_rows,
+        hot_cache_bytes=hot_cache_bytes, **options,
     )  # fmt: skip
 
 
