@@ -39,13 +39,16 @@ class Placement:
     read_ahead: bool = False
     # True: a device-memory cache of hot rows can sit in front of the table
     hot_cache: bool = False
+    # True: the rows sit in page-locked host memory that the device reads over UVA
+    # (upstream's host tables serve this placement where a family leaves it to them)
+    host_memory: bool = False
     # what the lookups do on the host that a replay of recorded device work would skip
     # (None: a lookup is device work only)
     host_lookup: str | None = None
 
 
 HBM = Placement("hbm", "device memory (TP-sharded)")
-DRAM = Placement("dram", "pinned host memory read over UVA", hot_cache=True)
+DRAM = Placement("dram", "pinned host memory read over UVA", hot_cache=True, host_memory=True)
 SSD = Placement(
     "ssd",
     "files under --engram-ssd-dir with a RAM cache",

@@ -11,10 +11,7 @@ all-reduce sums the ranks' rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
 
 from engram.errors import EngramTableError
 
@@ -59,21 +56,3 @@ class VocabShard:
     def rows(self) -> int:
         """Rows this rank owns (0 for a rank past the end)."""
         return self.stop - self.start
-
-    def lookup(
-        self,
-        ids: torch.Tensor,
-        rows_of: Callable[[torch.Tensor], torch.Tensor] | None,
-        head_dim: int,
-    ) -> torch.Tensor:
-        """bf16 rows ``[*ids.shape, head_dim]`` of table-wide ``ids``: ``rows_of`` (this
-        shard's lookup, by row of the shard; ``None`` for a shard of no rows) for the ids
-        this rank owns, zeros for the others, as each rank's share of upstream's
-        all-reduce."""
-        if self.rows == 0 or rows_of is None:
-            return torch.zeros((*ids.shape, head_dim), dtype=torch.bfloat16, device=ids.device)
-        owned = (ids >= self.start) & (ids < self.stop)
-        # NOTE: ids this rank does not own read its row 0 (as upstream's masked gather
-        # does): the shapes stay those of the ids, and a lookup reads that row once.
-        rows = rows_of((ids - self.start).masked_fill(~owned, 0))
-        return rows.masked_fill(~owned.unsqueeze(-1), 0)

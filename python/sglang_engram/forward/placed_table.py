@@ -94,7 +94,7 @@ class PlacedTable:
     @property
     def is_off(self) -> bool:
         """Whether the layer adds nothing (its family's forward hook passes through)."""
-        return self.placement == "off"
+        return not self.config.placement.holds_table
 
     def open_table(
         self,

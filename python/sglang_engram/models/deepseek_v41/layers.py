@@ -68,12 +68,12 @@ class PlacedEngramEmbedding(EngramEmbedding, PlacedTable):
         self.layer_id = layer_id
         self.table: EngramTable | None = None
         self.device = device
-        if self.placement == "ssd" and self.rows:
+        if self.config.placement.files and self.rows:
             # Streams this rank's rows from the checkpoint files (first start only).
             # NOTE: a rank may own no rows of a small table (more ranks than rows): it
             # holds no table and looks up zeros, which upstream's all-reduce expects.
             self.table = self.open_table(self.dim, self.device)
-        if self.placement != "dram":
+        if not self.config.placement.loads_rows:
             weight_filter.skip_tables(self.runtime.skips, layers={layer_id})
         weight, scale = self._load_targets()
         self.weight = nn.Parameter(weight.view(torch.float8_e4m3fn), requires_grad=False)
@@ -85,7 +85,7 @@ class PlacedEngramEmbedding(EngramEmbedding, PlacedTable):
         """uint8 weight and scale the loader writes this shard's rows into: for dram the
         packed host buffer the table then adopts (the rows are held once); nothing for
         ssd and off, or a shard without rows."""
-        if self.placement == "dram" and self.rows:
+        if self.config.placement.loads_rows and self.rows:
             return packed_host_rows(self.rows, self.dim, self.device)
         weight = torch.empty(0, self.dim, dtype=torch.uint8)
         return weight, torch.empty(0, self.dim // FP8_BLOCK, dtype=torch.uint8)
@@ -96,7 +96,7 @@ class PlacedEngramEmbedding(EngramEmbedding, PlacedTable):
         param.data.copy_(loaded_weight[self.row_start : self.row_start + self.rows])
 
     def finish_load(self, label: str) -> None:
-        if self.placement == "dram" and self.table is None and self.rows:
+        if self.config.placement.loads_rows and self.table is None and self.rows:
             self.table = self.open_table(self.dim, self.device, self.weight.data, self.scale.data)
             # NOTE: the table adopted the loaded buffer; only the table refers to it now.
             self.weight.data = self.weight.data.new_empty(0, self.dim)

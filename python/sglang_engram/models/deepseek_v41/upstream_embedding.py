@@ -46,7 +46,7 @@ def build(
     config = runtime.serving_config()
     # NOTE: on SGLang's CPU engine the device table is in host memory already; the host
     # table would pin its rows with cudaHostRegister.
-    dram = config.offload == "dram" and not cpu_engine_on()
+    dram = config.placement.host_memory and not cpu_engine_on()
     with ExitStack() as switches:
         switches.enter_context(envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.override(dram))
         if dram:

@@ -116,7 +116,7 @@ class EngramQwen3Model(nn.Module):
         # files on the host, which before layer 0 would hold back every launch (the
         # read-ahead above is its own).
         self.early = EarlyLookups(
-            engram.prefetch and engram.offload in ("hbm", "dram"),
+            engram.prefetch and engram.placement.holds_table and not engram.placement.host_lookup,
             torch.device(torch.get_default_device()),
         )
 
@@ -175,7 +175,7 @@ class EngramQwen3ForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.engram = self.runtime.serving_config()
-        if self.engram.offload in ("off", "ssd"):
+        if not self.engram.placement.loads_rows:
             # off: nothing Engram is loaded; ssd: the tables stream from the files.
             weight_filter.skip_tables(self.runtime.skips, all_tables=True)
         self.model = EngramQwen3Model(
@@ -188,7 +188,7 @@ class EngramQwen3ForCausalLM(nn.Module):
             prefix=add_prefix("lm_head", prefix),
         )
         self.logits_processor = LogitsProcessor(config)
-        if self.engram.offload == "ssd":
+        if self.engram.placement.files:
             for block in self.model.blocks:
                 block.open_ssd()
 

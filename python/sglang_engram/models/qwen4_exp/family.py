@@ -105,14 +105,14 @@ class Qwen4Exp(ModelFamily):
         from engram.errors import EngramConfigError
 
         cpu_engine = getattr(server_args, "device", None) == "cpu"
-        want = config.offload == "dram" and not cpu_engine
+        want = config.placement.host_memory and not cpu_engine
         given = getattr(server_args, "ple_offload_embedding", None)
         if given is None:
             server_args.ple_offload_embedding = want
             where = "pinned host memory" if want else "not offloaded by upstream"
             note = (
                 " (the CPU engine's tables are in host memory already)"
-                if cpu_engine and config.offload == "dram"
+                if cpu_engine and config.placement.host_memory
                 else ""
             )
             return config, [f"--ple-offload-embedding {'on' if want else 'off'}: {where}{note}"]
@@ -121,7 +121,7 @@ class Qwen4Exp(ModelFamily):
             return replace(config, offload=placement), [
                 f"--{'' if given else 'no-'}ple-offload-embedding given: placement {placement}"
             ]
-        if bool(given) != want and not (cpu_engine and config.offload == "dram"):
+        if bool(given) != want and not (cpu_engine and config.placement.host_memory):
             flag = "--ple-offload-embedding" if given else "--no-ple-offload-embedding"
             raise EngramConfigError(
                 f"--engram-offload {config.offload} and {flag} ask for different places for "

@@ -71,7 +71,7 @@ class PlacedPleTable(VocabParallelEmbedding, PlacedTable):
         self.quant_method = None
         weight_filter.skip_tables(self.runtime.skips, layers={self.layer_id})
         self.table: EngramTable | None = None
-        if self.placement == "ssd" and self.rows:
+        if self.config.placement.files and self.rows:
             self.table = self.open_table(embedding_dim, device)
         self.log_table(f"layer {self.layer_id} PLE table")
 
