@@ -46,6 +46,15 @@ class RestartPolicy(StrictModel):
     def delay(self, restart: int) -> float:
         return min(self.backoff_s * 2 ** (restart - 1), self.max_backoff_s)
 
+    def hung(self, age_s: float, silent_s: float | None) -> str | None:
+        """Why a live process counts as hung (its age, and how long since its health last
+        answered: None if it never did), or None."""
+        if silent_s is None and age_s > self.start_timeout_s:
+            return f"no health answer {age_s:.0f}s after its start (start_timeout_s)"
+        if silent_s is not None and silent_s > self.hang_timeout_s:
+            return f"no health answer for {silent_s:.0f}s (hang_timeout_s)"
+        return None
+
 
 class Timeouts(StrictModel):
     """SGLang's PD timeouts and the router's health checks (SGLang's and the router's

@@ -54,30 +54,7 @@ class RunningCluster:
         self._seen: dict[str, tuple[Any, ...]] = {}  # what was last reported of each
 
     def _actor(self, name: str, p: ProcessPlan, health_url: str, node_id: str, **kw: Any) -> Any:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from sglang_engram.cluster.actor import RemoteServerActor
-
-        worker = isinstance(p, WorkerPlan)
-        process = ProcessCommand(
-            name=name,
-            argv=p.command,
-            env=p.env,
-            log_path=p.log,
-            health_url=health_url,
-            ports=tuple(self.plan.ports_of(name).values()),
-            restart=self.plan.spec.restart,
-            private_config=self.keys.worker_config if worker else self.keys.router_config,
-            secrets=self.keys.secrets,
-        )
-        self.actors[name] = RemoteServerActor.options(
-            name=name,
-            namespace=self.plan.spec.namespace,
-            num_cpus=0,
-            num_gpus=p.gpus if worker else 0,
-            resources=dict(self.plan.demand(name).resources) if worker else {},
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-        ).remote(process, port=p.port, **kw)
+        self.actors[name] = remote_actor(self.plan, self.keys, name, p, health_url, node_id, **kw)
         return self.actors[name]
 
     def _worker_actor(self, w: WorkerPlan) -> Any:
@@ -238,24 +215,63 @@ class RunningCluster:
 
     def stop(self) -> None:
         """Stop the router, then every worker (their whole process trees), then the actors."""
-        import ray
-
         self.state = self.state.update(phase="stopping")
-        # NOTE: the router goes first, so that no request is sent to a stopping worker.
-        router = [n for n in self.actors if n == "router"]
-        for batch in (router, [n for n in self.actors if n != "router"]):
-            refs = {name: self.actors[name].stop.remote() for name in batch}
-            for name, ref in refs.items():
-                try:
-                    pids = ray.get(ref, timeout=120)
-                    self.say(f"stopped {name} (pids {', '.join(map(str, pids)) or 'none running'})")
-                except (ray.exceptions.RayError, TimeoutError) as exc:
-                    self.say(
-                        f"could not stop {name} cleanly ({str(exc).splitlines()[0]}); killing it"
-                    )
-        for handle in self.actors.values():
-            ray.kill(handle, no_restart=True)
+        stop_actors(self.actors, self.say)
         self.state.remove()
+
+
+def remote_actor(
+    plan: ClusterPlan,
+    keys: ClusterKeys,
+    name: str,
+    p: ProcessPlan,
+    health_url: str,
+    node_id: str,
+    **kw: Any,
+) -> Any:
+    """The Ray actor that runs ``p`` on node ``node_id``, under a supervisor (not started)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from sglang_engram.cluster.actor import RemoteServerActor
+
+    worker = isinstance(p, WorkerPlan)
+    process = ProcessCommand(
+        name=name,
+        argv=p.command,
+        env=p.env,
+        log_path=p.log,
+        health_url=health_url,
+        ports=tuple(plan.ports_of(name).values()),
+        restart=plan.spec.restart,
+        private_config=keys.worker_config if worker else keys.router_config,
+        secrets=keys.secrets,
+    )
+    return RemoteServerActor.options(
+        name=name,
+        namespace=plan.spec.namespace,
+        num_cpus=0,
+        num_gpus=p.gpus if worker else 0,
+        resources=dict(plan.demand(name).resources) if worker else {},
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote(process, port=p.port, **kw)
+
+
+def stop_actors(actors: dict[str, Any], say: Say) -> None:
+    """Stop each actor's process tree, the router's first, then kill the actors."""
+    import ray
+
+    # NOTE: the router goes first, so that no request is sent to a stopping worker.
+    router = [n for n in actors if n == "router"]
+    for batch in (router, [n for n in actors if n != "router"]):
+        refs = {name: actors[name].stop.remote() for name in batch}
+        for name, ref in refs.items():
+            try:
+                pids = ray.get(ref, timeout=120)
+                say(f"stopped {name} (pids {', '.join(map(str, pids)) or 'none running'})")
+            except (ray.exceptions.RayError, TimeoutError) as exc:
+                say(f"could not stop {name} cleanly ({str(exc).splitlines()[0]}); killing it")
+    for handle in actors.values():
+        ray.kill(handle, no_restart=True)
 
 
 def _left(deadline: float) -> float:

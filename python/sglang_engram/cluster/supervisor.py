@@ -22,24 +22,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
-import os
-import shlex
-import signal
 import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import psutil
-
 from sglang_engram.cluster import ports, shm_files
-from sglang_engram.cluster.recovery import RestartPolicy
-from sglang_engram.cluster.redaction import copy_redacted, private_config
-from sglang_engram.server_process import group_members, probe, stop_group
+from sglang_engram.cluster.incarnation import Incarnation, ProcessCommand, kill_hung
+from sglang_engram.server_process import probe, stop_group
 
 PROBE_EVERY_S = 1.0  # how often health is asked
 SHM_LOOK_S = 30.0  # how often a healthy process's /dev/shm files are listed
@@ -50,23 +41,6 @@ PORT_GRACE_S = 10.0
 # its health check fails after having passed; killed as hung after hang_timeout_s),
 # restarting (dead, waiting out the backoff), failed (gave up after max_restarts in a
 # row, or could not be spawned), stopped (on request).
-
-
-@dataclass(frozen=True)
-class ProcessCommand:
-    """What a supervisor runs: a command line, its log, its health URL, how to restart it."""
-
-    name: str
-    argv: tuple[str, ...]
-    log_path: str
-    health_url: str
-    ports: tuple[int, ...] = ()  # the TCP ports it binds, checked before each start
-    env: dict[str, str] = field(default_factory=dict)  # on top of the actor's environment
-    restart: RestartPolicy = field(default_factory=RestartPolicy)
-    stop_grace_s: float = 15.0
-    # Flags read from the private --config file, and what its log must never show.
-    private_config: dict[str, Any] = field(default_factory=dict, repr=False)
-    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 class ProcessSupervisor:
@@ -85,8 +59,7 @@ class ProcessSupervisor:
         self._killed_pids: list[int] = []
         self._error: str | None = None
         self._shm: set[str] = set()  # /dev/shm files the current incarnation held
-        self._config: str | None = None  # the current incarnation's private config file
-        self._copier: threading.Thread | None = None  # its output to its log, redacted
+        self._incarnation: Incarnation | None = None
 
     def start(self) -> None:
         self.state = "starting"
@@ -188,46 +161,21 @@ class ProcessSupervisor:
         return None
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        Path(self.command.log_path).parent.mkdir(parents=True, exist_ok=True)
-        argv = list(self.command.argv)
-        if self.command.private_config:
-            self._config = private_config(self.command.name, self.command.private_config)
-            argv += ["--config", self._config]
-        self._log(
-            f"start: {shlex.join([*(f'{k}={v}' for k, v in self.command.env.items()), *argv])}"
-        )
-        secrets = self.command.secrets
-        with open(self.command.log_path, "ab") as log:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if secrets else log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **self.command.env},
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
-        if secrets:
-            assert proc.stdout is not None
-            args = (proc.stdout, self.command.log_path, secrets)
-            self._copier = threading.Thread(target=copy_redacted, args=args, daemon=True)
-            self._copier.start()
+        self._incarnation = Incarnation.spawn(self.command, self._log)
         with self._lock:
-            self._proc = proc
+            self._proc = self._incarnation.proc
             self._started_at = time.time()
-        return proc
+        return self._incarnation.proc
 
     def _drop_config(self) -> None:
-        if self._config is not None:
-            Path(self._config).unlink(missing_ok=True)
-            self._config = None
+        if self._incarnation is not None:
+            self._incarnation.drop_config()
 
     def _ended(self) -> None:
         """After an incarnation's group has ended: its config, its last output, its /dev/shm."""
-        self._drop_config()
-        if self._copier is not None:
-            self._copier.join(5.0)  # NOTE: its output ends when its group has
-            self._copier = None
+        if self._incarnation is not None:
+            self._incarnation.ended()
+            self._incarnation = None
         self._remove_shm()
 
     def _watch(
@@ -266,14 +214,14 @@ class ProcessSupervisor:
             if last_ok is None and (port := log.failed_port()):
                 by = ports.holder(port)
                 self._log(f"port {port} was taken while it started, {by}; killing it")
-                _kill_hung(proc.pid)
+                kill_hung(proc.pid)
                 proc.wait()
                 return _PortTaken(port, by)
-            if hung := _hang(policy, now - started, None if last_ok is None else now - last_ok):
+            if hung := policy.hung(now - started, None if last_ok is None else now - last_ok):
                 self._log(f"{hung}; killing it")
                 with self._lock:
                     self._hung_kills += 1
-                _kill_hung(proc.pid)
+                kill_hung(proc.pid)
                 return proc.wait()
             self._stop.wait(PROBE_EVERY_S)
         return code
@@ -297,49 +245,3 @@ class _PortTaken:
 
     port: int
     by: str
-
-
-def _kill_hung(pgid: int) -> None:
-    """SIGKILL the hung group ``pgid`` leads, all but multiprocessing's resource tracker.
-
-    NOTE: SIGKILL at once: a stopped process does not act on SIGTERM, and a hung one will
-    not finish its requests; its clients get their errors now. The resource tracker
-    unlinks the group's named semaphores (``/dev/shm/sem.mp-*``) once the processes that
-    use them are gone, and exits; killed with them it cannot. It is spared and woken (the
-    whole group may have been stopped), and ``_run``'s ``stop_group`` gives it a few
-    seconds before it kills what is left. Signals by pid: psutil's wait would reap the
-    leader, whose exit code the caller reads.
-    """
-    for p in group_members(pgid):
-        with contextlib.suppress(psutil.Error):
-            if not any("multiprocessing.resource_tracker" in a for a in p.cmdline()):
-                p.send_signal(signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGCONT)
-
-
-def _hang(policy: RestartPolicy, age_s: float, silent_s: float | None) -> str | None:
-    """Why a live process counts as hung (its age, and how long since its health last
-    answered: None if it never did), or None."""
-    if silent_s is None and age_s > policy.start_timeout_s:
-        return f"no health answer {age_s:.0f}s after its start (start_timeout_s)"
-    if silent_s is not None and silent_s > policy.hang_timeout_s:
-        return f"no health answer for {silent_s:.0f}s (hang_timeout_s)"
-    return None
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-_PR_SET_PDEATHSIG = 1
-_SIGKILL = int(signal.SIGKILL)
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL it when the thread that spawned it ends.
-
-    NOTE: the death signal follows the spawning *thread*; the owner thread spawns every
-    incarnation and ends only after stopping it, so this fires only when the actor
-    process itself dies (killed by Ray, or its node's Ray shutting down). It runs in the
-    forked child of a threaded process, so it makes one pre-resolved libc call, nothing else.
-    """
-    assert _LIBC is not None
-    _LIBC.prctl(_PR_SET_PDEATHSIG, _SIGKILL)
