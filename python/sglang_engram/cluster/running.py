@@ -222,14 +222,15 @@ class RunningCluster:
 
 def remote_actor(
     plan: ClusterPlan,
-    keys: ClusterKeys,
+    cluster_keys: ClusterKeys,
     name: str,
     p: ProcessPlan,
     health_url: str,
     node_id: str,
     **kw: Any,
 ) -> Any:
-    """The Ray actor that runs ``p`` on node ``node_id``, under a supervisor (not started)."""
+    """The Ray actor that runs ``p`` on node ``node_id``, under a supervisor (not started);
+    ``kw`` go to the actor (a worker's ``keys`` among them)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from sglang_engram.cluster.actor import RemoteServerActor
@@ -243,8 +244,8 @@ def remote_actor(
         health_url=health_url,
         ports=tuple(plan.ports_of(name).values()),
         restart=plan.spec.restart,
-        private_config=keys.worker_config if worker else keys.router_config,
-        secrets=keys.secrets,
+        private_config=cluster_keys.worker_config if worker else cluster_keys.router_config,
+        secrets=cluster_keys.secrets,
     )
     return RemoteServerActor.options(
         name=name,
