@@ -3,12 +3,15 @@
     python benchmark/ab_commits.py --old REV --new REV [--repeats 3] -- SCRIPT [ARGS...]
 
 Checks both commits out as detached worktrees under ``--work`` (kept for the next
-run), then runs ``python SCRIPT ARGS`` from each in turn, old then new then old, and so
-on (repeats interleaved, so a machine that slows down part way slows both). Each run
+run), then runs ``python SCRIPT ARGS`` from each in turn: old then new, then new then old,
+and so on (repeats interleaved, so a machine that slows down part way slows both, and
+each goes first as often as the other). Each run
 imports its own commit's code: its worktree's ``engram``, ``sgl-kernel`` and ``python``
 come first on ``PYTHONPATH``, ahead of the installed package; the interpreter and its
 other packages are this one's. Relative paths in ``ARGS`` are taken from each worktree,
 so give absolute ones for what both should share (a model directory, an SSD directory).
+An absolute ``SCRIPT`` is the same benchmark code for both, measuring each commit's
+library (a benchmark the old commit does not have yet).
 
 Every number in a run's last line of JSON is a figure; the table gives each one's
 median per commit, its spread over the runs ((max - min) / median: the noise to read a
@@ -114,7 +117,8 @@ def _compare(args: Any) -> int:
     sides = {"old": _worktree(args.old, args.work), "new": _worktree(args.new, args.work)}
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     for repeat in range(args.repeats):
-        for side, (commit, tree) in sides.items():
+        for side in ("old", "new") if repeat % 2 == 0 else ("new", "old"):
+            commit, tree = sides[side]
             print(f"run {repeat + 1}/{args.repeats} {side} {commit[:12]}", flush=True)
             runs[side].append(_run_once(tree, args.command, f"{side} run {repeat + 1}"))
     names = sorted(set.intersection(*(set(r) for r in runs["old"] + runs["new"])))

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 from lookup_baselines import AnonPeak, DramChild, NaivePath
-from lookup_steps import STEP_ROWS, measure_steps, report_steps
+from lookup_steps import STEP_ROWS, measure_steps, report_steps, row_counts, step_batches
 from lookup_workload import COLUMNS, build_table, zipf_batches
 
 from engram.files import MIB
@@ -154,8 +154,9 @@ def measure_read_ahead(table: SsdTable, runs: list[np.ndarray]) -> tuple[float, 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     table_dir = build_table(work, args.table_gib)
     num_rows = json.loads((table_dir / "manifest.json").read_text())["num_rows"]
+    rng = np.random.default_rng(args.seed)
     batches = {
-        kind: zipf_batches(num_rows, tokens, args.repeats, args.zipf)
+        kind: zipf_batches(num_rows, tokens, args.repeats, args.zipf, rng)
         for kind, tokens in BATCHES.items()
     }
     np.savez(
@@ -195,12 +196,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     anon = peak.stop()
     steps = None
     if args.step_rows:
-        warm = zipf_batches(num_rows, 2048, 4, args.zipf)
-        runs = {
-            n: zipf_batches(num_rows, n // COLUMNS, args.step_repeats, args.zipf)
-            for n in args.step_rows
-        }
-        steps = measure_steps(table_dir, manifest, warm, runs)
+        drawn = step_batches(num_rows, args.step_rows, args.step_repeats, args.zipf, rng)
+        steps = measure_steps(table_dir, manifest, *drawn)
     result: dict[str, Any] = {}
     for kind in BATCHES:
         got = measured[kind]
@@ -298,14 +295,6 @@ def report(result: dict[str, Any]) -> None:
     print(json.dumps(result))
 
 
-def row_counts(text: str) -> list[int]:
-    """``--step-rows``: comma-separated row counts (empty: none)."""
-    try:
-        return [int(v) for v in text.split(",") if v]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"comma-separated row counts, not {text!r}") from None
-
-
 def bad_arguments(args: argparse.Namespace) -> str | None:
     """What is wrong with the command line, in one line; ``None`` if nothing."""
     if not args.dir.is_dir():
@@ -317,8 +306,10 @@ def bad_arguments(args: argparse.Namespace) -> str | None:
     for flag, n in counts.items():
         if n < 1:
             return f"{flag} must be at least 1, not {n}"
-    if any(n < 1 for n in args.step_rows):
-        return f"--step-rows must be positive row counts, not {args.step_rows}"
+    if any(n < COLUMNS for n in args.step_rows):
+        return (
+            f"--step-rows: each lookup is at least {COLUMNS} rows (one token), not {args.step_rows}"
+        )
     return None
 
 
@@ -350,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="batches per kind (warm runs)")
     parser.add_argument("--cold-repeats", type=int, default=5, help="cold runs per kind")
     parser.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the n-grams")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the row ids drawn (default %(default)s)"
+    )
     parser.add_argument(
         "--step-rows",
         type=row_counts,

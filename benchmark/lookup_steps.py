@@ -1,5 +1,6 @@
 """Host work of one decode step's ``ssd`` lookup beyond the disk wait, at the batch sizes a
-GPU server sees (``bench_lookup.py --step-rows``).
+GPU server sees (``bench_lookup.py --step-rows``, or alone:
+``python benchmark/lookup_steps.py --table-gib 1 --dir DIR``).
 
 The table is opened as a server opens it (``--engram-ssd-read direct``, a RAM row cache
 of 1/16 of the table) and its RAM cache warmed by a few prefill-sized lookups. Then
@@ -10,17 +11,25 @@ planning, reads, block checks, gathers into the bounce buffer: everything up to 
 device copy), minus what the reader spent in system calls waiting for the disk
 (:attr:`SsdTable.disk_wait_seconds`). A least-squares line through the per-size medians
 splits that host time into a fixed cost per lookup and a cost per row.
+
+Alone, the table is built in ``--dir`` (kept: a later run reuses it) and the row ids drawn
+from ``--seed``, so two runs, two commits' libraries under ``ab_commits.py`` among them,
+look up the same rows in the same file; the last line is the figures' JSON.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from lookup_workload import COLUMNS, build_table, zipf_batches
 
 from engram.ssd.manifest import TableManifest
 from engram.tables import TableOptions
@@ -28,6 +37,15 @@ from engram.tables.ssd import SsdTable
 
 STEP_ROWS = (384, 3072, 18432)
 CACHE_FRACTION = 1 / 16
+WARM_BATCHES = 4  # prefill-sized lookups (2,048 tokens) that warm the RAM cache first
+
+
+def step_batches(
+    num_rows: int, sizes: list[int], repeats: int, zipf: float, rng: np.random.Generator
+) -> tuple[list[np.ndarray], dict[int, list[np.ndarray]]]:
+    """The warming lookups, then ``repeats`` decode-step lookups of each size in rows."""
+    warm = zipf_batches(num_rows, 2048, WARM_BATCHES, zipf, rng)
+    return warm, {n: zipf_batches(num_rows, n // COLUMNS, repeats, zipf, rng) for n in sizes}
 
 
 def measure_steps(
@@ -93,3 +111,44 @@ def report_steps(steps: dict[str, Any]) -> None:
         f"  fitted: {steps['fixed_us_per_lookup']:.0f} us per lookup + "
         f"{steps['per_row_us']:.2f} us per row"
     )
+
+
+def row_counts(text: str) -> list[int]:
+    """``--step-rows``: comma-separated row counts (empty: none)."""
+    try:
+        return [int(v) for v in text.split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated row counts, not {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table-gib", type=float, default=1.0, help="synthetic table (GiB)")
+    parser.add_argument("--dir", type=Path, required=True, help="where the table is (kept)")
+    parser.add_argument("--step-rows", type=row_counts, default=list(STEP_ROWS))
+    parser.add_argument("--repeats", type=int, default=40, help="lookups per step size")
+    parser.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the n-grams")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the row ids drawn")
+    args = parser.parse_args(argv)
+    problem = None
+    if not args.dir.is_dir():
+        problem = f"--dir {args.dir} is not a directory"
+    elif args.table_gib <= 0 or args.repeats < 1 or not args.step_rows:
+        problem = "--table-gib, --repeats and --step-rows must be positive"
+    elif any(n < COLUMNS for n in args.step_rows):
+        problem = f"--step-rows: each lookup is at least {COLUMNS} rows (one token)"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    table_dir = build_table(args.dir, args.table_gib)
+    manifest = TableManifest.load(table_dir)
+    rng = np.random.default_rng(args.seed)
+    drawn = step_batches(manifest.num_rows, args.step_rows, args.repeats, args.zipf, rng)
+    steps = measure_steps(table_dir, manifest, *drawn)
+    report_steps(steps)
+    print(json.dumps(steps))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

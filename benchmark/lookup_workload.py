@@ -50,9 +50,11 @@ def build_table(directory: Path, gib: float) -> Path:
     return final
 
 
-def zipf_batches(num_rows: int, tokens: int, count: int, a: float) -> list[np.ndarray]:
-    """``count`` batches of ``tokens x 48`` row ids from Zipf-distributed n-grams."""
-    rng = np.random.default_rng()
+def zipf_batches(
+    num_rows: int, tokens: int, count: int, a: float, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """``count`` batches of ``tokens x 48`` row ids from Zipf-distributed n-grams, drawn
+    from ``rng`` (one seed: the same ids in every run, so two runs compare like with like)."""
     span = num_rows // COLUMNS
     cols = np.arange(COLUMNS, dtype=np.uint64)
     mult = rng.integers(1, 1 << 62, COLUMNS, dtype=np.uint64) | np.uint64(1)

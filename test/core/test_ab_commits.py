@@ -53,9 +53,11 @@ def test_each_commit_runs_its_own_code_in_turn_and_every_figure_is_compared(tmp_
             "old": 1.0, "new": 1.0, "ratio": 1.0, "old_spread": 0.0, "new_spread": 0.0
         }  # fmt: skip
         assert figures["fixed.a.1"]["new"] == 4.0
-        # interleaved: old runs took places 0, 2, 4.., new runs 1, 3, 5..
-        assert figures["order"]["old"] == statistics.median(range(0, 2 * repeats, 2))
-        assert figures["order"]["new"] == statistics.median(range(1, 2 * repeats, 2))
+        # interleaved, each side first in turn: old took places 0, 3, 4, 7.., new 1, 2, 5..
+        old_places = [2 * r + r % 2 for r in range(repeats)]
+        new_places = [2 * r + 1 - r % 2 for r in range(repeats)]
+        assert figures["order"]["old"] == statistics.median(old_places)
+        assert figures["order"]["new"] == statistics.median(new_places)
         runs = log.read_text().splitlines()
         assert len(runs) == 2 * repeats and len(set(runs)) == 1  # HEAD twice: one tree
         assert Path(runs[0]).parent == work

@@ -4,6 +4,7 @@ table quotes is in its last line of JSON, each a measured positive rate or ratio
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,7 @@ def test_a_tiny_run_reports_every_figure(tmp_path: Path) -> None:
         (["--table-gib", "-1"], "--table-gib must be positive"),
         (["--cold-repeats", "0"], "--cold-repeats must be at least 1"),
         (["--step-rows", "384,x"], "comma-separated row counts"),
+        (["--step-rows", "384,40"], "each lookup is at least 48 rows"),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
@@ -54,3 +56,25 @@ def test_bad_arguments_get_one_line_and_exit_2(tmp_path: Path, args: list[str], 
     assert says in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].count("error") == 1
     assert list(tmp_path.iterdir()) == []  # nothing was built
+
+
+def _steps(table_dir: Path, seed: int) -> dict:
+    cmd = [
+        sys.executable, str(REPO / "benchmark/lookup_steps.py"), "--table-gib", "0.02",
+        "--dir", str(table_dir), "--step-rows", "384,3072", "--repeats", "3",
+        "--seed", str(seed),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_decode_steps_alone_look_up_the_same_rows_for_the_same_seed(tmp_path: Path) -> None:
+    seed = random.randint(0, 1 << 30)
+    first, again, other = _steps(tmp_path, seed), _steps(tmp_path, seed), _steps(tmp_path, seed + 1)
+    assert [p.name for p in tmp_path.iterdir()] == ["table"]  # built once, then reused
+    # the RAM cache's hits follow the ids drawn: equal for one seed, not for another
+    assert first["ram_cache_hit_ratio"] == again["ram_cache_hit_ratio"] > 0
+    assert other["ram_cache_hit_ratio"] != first["ram_cache_hit_ratio"]
+    assert set(first["sizes"]) == {"384", "3072"}
+    assert all(s["host_us_per_row"] > 0 for s in first["sizes"].values())
