@@ -2,7 +2,8 @@
 
 Per config: start the deployment, then for each concurrency scrape the Engram counters,
 run ``python -m sglang.benchmark.serving`` (its own ``--output-file`` and log kept under
-``DIR/raw/``), scrape again and append one line to ``DIR/results.jsonl``. A point that
+``DIR/raw/``; in a process forked from one that imported it once: :mod:`.bench_runs`),
+scrape again and append one line to ``DIR/results.jsonl``. A point that
 fails is recorded as failed and the sweep goes on (a dead server is restarted for the
 next point); a config that cannot start is one line, recorded nowhere, so ``--resume``
 tries it again. Ctrl-C or SIGTERM stops the benchmark and every server started here.
@@ -14,15 +15,13 @@ import datetime as dt
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from engram.files import atomic_write
-from sglang_engram.compare import facts
+from sglang_engram.compare import bench_runs, facts
 from sglang_engram.compare.deployments import (
     Deployment,
     DeploymentError,
@@ -39,7 +38,7 @@ from sglang_engram.compare.results import (
 )
 from sglang_engram.compare.resume import SPEC, check_resume, spec_record, start_over
 from sglang_engram.compare.spec import ConfigSpec, SweepSpec
-from sglang_engram.compare.workloads import BENCH_MODULE, bench_args, expected_requests
+from sglang_engram.compare.workloads import bench_args, expected_requests
 
 Say = Callable[[str], None]
 # Kept in the raw output only: the server's own report and the per-request details.
@@ -120,6 +119,8 @@ def run_sweep(
         say(f"resuming: {len(done)} points already recorded, {len(pending)} to run")
     context = {"software": facts.software(), "host": facts.host()}
     progress = Progress(len(pending), say)
+    if pending:
+        bench_runs.warm()  # NOTE: its import of the benchmark overlaps the first start
     failures = 0
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -192,9 +193,9 @@ def run_point(
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     load = os.getloadavg()[0]  # NOTE: a shared machine's other work shows up here
     before = summed_counters(target.metrics_urls)
-    argv = [sys.executable, "-m", BENCH_MODULE]
-    argv += bench_args(spec, target.url, concurrency, str(output))
-    rc = _run_bench(argv, log, spec.point_timeout_s, target.key)
+    argv = bench_args(spec, target.url, concurrency, str(output))
+    key = {"OPENAI_API_KEY": target.key} if target.key else {}  # NOTE: what it sends
+    rc = bench_runs.run_benchmark(argv, log, spec.point_timeout_s, key)
     after = summed_counters(target.metrics_urls)
     summary = _summary(output)
     expected = expected_requests(spec, concurrency)
@@ -242,24 +243,6 @@ def _hardware(spec: SweepSpec, target: Target) -> facts.Hardware:
     if spec.device == "cpu":
         return facts.cpu_hardware(override, target.hosts, local=target.local)
     return facts.gpu_hardware(override, target.num_gpus)
-
-
-def _run_bench(argv: list[str], log: Path, timeout_s: float, key: str | None) -> int | None:
-    """The benchmark's exit code, or None on timeout; its output goes to ``log``. It
-    sends ``key`` (its OPENAI_API_KEY) when there is one."""
-    env = {**os.environ, **({"OPENAI_API_KEY": key} if key else {})}
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(
-            argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env
-        )
-        try:
-            return proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def _summary(output: Path) -> dict[str, Any] | None:
