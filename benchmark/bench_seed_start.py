@@ -2,8 +2,9 @@
 unseeded: what seeding in the background costs a server that has just been launched.
 
 Builds (or reuses) the model, the ssd table files and the train-split profile of
-``bench_serving_tiers.py`` (same defaults, same paths), starts the table files once
-untimed (a first start converts the checkpoint), then per repeat launches
+``bench_serving_tiers.py`` (same defaults, same paths), converts the checkpoint's tables
+into the ssd directory untimed (``engram.ssd.converter``, the decision every start makes:
+a directory already converted is reused), then per repeat launches
 ``python -m sglang.launch_server`` with ``--engram-offload ssd`` and a RAM cache of 1/16
 of the tables, read with ``--engram-ssd-read direct``, once unseeded and once seeded (the
 order swapped each repeat), and times:
@@ -47,6 +48,7 @@ from engram_testing.tiers.servers import (
 from engram_testing.tiers.workload import heldout_ids
 
 from engram.cli import Parser, run
+from engram.ssd.converter import convert_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "ssd-1/16"
@@ -125,12 +127,8 @@ def main(args: argparse.Namespace) -> int:
 
     model = build_model(args.table_gib, args.model, args.backbone)
     ensure_profile(model, args.profile, profile_top(model, 1 / 16))
-    print("first start, untimed (it writes the table files if they are not there)", flush=True)
-    with sglang_server(
-        model, *server_args(CONFIG, args.table_gib, args.ssd_dir, None),
-        log=work / "untimed.server.log", timeout_s=args.timeout_s,
-    ):  # fmt: skip
-        pass
+    print("the ssd table files, untimed (written if they are not there)", flush=True)
+    convert_checkpoint(model, args.ssd_dir, show_progress=False)
 
     starts: dict[str, list[dict]] = {CONFIG: [], SEEDED: []}
     for rep in range(args.repeats):
