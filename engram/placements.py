@@ -51,7 +51,7 @@ HBM = Placement("hbm", "device memory (TP-sharded)")
 DRAM = Placement("dram", "pinned host memory read over UVA", hot_cache=True, host_memory=True)
 SSD = Placement(
     "ssd",
-    "files under --engram-ssd-dir with a RAM cache",
+    "table files on a local disk, with a RAM cache in front",
     loads_rows=False,
     files=True,
     ram_cache=True,
