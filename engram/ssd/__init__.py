@@ -48,19 +48,3 @@ ring, and ``pyuring`` 0.3.3 ships only source that needs the system's liburing h
 and a C compiler; neither installs and works from the registry alone, so there is no
 io_uring strategy.
 """
-
-from engram.ssd.converter import convert_checkpoint
-from engram.ssd.faults import EngramIOError
-from engram.ssd.layout import PAGE_BYTES, DiskLayout
-from engram.ssd.readers import DEFAULT_READER, READERS, reader_names, register_reader
-
-__all__ = [
-    "DEFAULT_READER",
-    "PAGE_BYTES",
-    "READERS",
-    "EngramIOError",
-    "DiskLayout",
-    "convert_checkpoint",
-    "reader_names",
-    "register_reader",
-]

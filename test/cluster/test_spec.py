@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -362,12 +364,16 @@ def test_unreadable_and_malformed_files(tmp_path):
     )
 
 
-def test_ssd_read_choices_are_the_plugin_read_strategies():
-    from sglang_engram.protocol.server_config import SSD_READS
+def test_the_declared_read_strategies_are_the_readers_shipped():
+    """What a spec or command line may name is what ``engram.ssd.readers`` registers on
+    import (in a fresh interpreter: tests here register readers of their own)."""
+    from engram.ssd.read_strategies import DEFAULT_READ, READ_STRATEGIES
 
-    from engram.ssd.readers import reader_names
-
-    assert set(SSD_READS) == set(reader_names())
+    shipped = subprocess.run(
+        [sys.executable, "-c", "from engram.ssd.readers import reader_names as r; print(*r())"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert shipped == list(READ_STRATEGIES) and DEFAULT_READ in shipped
 
 
 def test_restart_policy_is_checked():

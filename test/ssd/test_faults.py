@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from engram.ssd import EngramIOError
-from engram.ssd.faults import PageReadError
+from engram.ssd.faults import EngramIOError, PageReadError
 from engram.ssd.layout import DiskLayout
 from engram.ssd.readers import ALL_ROWS, READERS, register_reader
 from engram.ssd.readers.direct import DirectReader

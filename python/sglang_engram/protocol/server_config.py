@@ -19,6 +19,7 @@ from typing import Any
 
 from engram.files import GIB
 from engram.placements import Placement, placement_named, placement_names
+from engram.ssd.read_strategies import READ_STRATEGIES
 from sglang_engram.protocol.server_options import option, options_of, render_flags
 
 ENV_VAR = "SGLANG_ENGRAM_CONFIG"
@@ -29,11 +30,6 @@ SERVER_ARGS_ATTR = "_engram_config"
 DEFAULT_OFFLOAD = "dram"
 DEFAULT_RAM_CACHE_GB = 4.0
 ROLES = ("null", "prefill", "decode")
-
-
-# NOTE: the --engram-ssd-read strategies (engram.ssd.readers.READERS, which imports
-# torch), for the specs and launchers; test_spec checks they agree.
-SSD_READS = ("mmap", "pread", "direct")
 
 
 @dataclass(frozen=True)
@@ -93,7 +89,7 @@ class EngramServerConfig:
         "is the only cache).",
         metavar="STRATEGY",
         uses="files",
-        choices=lambda: list(SSD_READS),
+        choices=lambda: list(READ_STRATEGIES),
     )
     # a row profile (engram.profile) seeding the ssd tables' RAM caches; None: no seeding
     seed_profile: str | None = option(
