@@ -26,6 +26,8 @@ from engram_testing.reference import agreement, agreement_all, load_reference, r
 from engram_testing.server import sglang_server
 from sglang_engram.protocol.server_config import engram_flags
 
+from engram.eval import REGIMES, Sample, ablate
+from engram.eval.remote import remote_exact_match
 from engram.placements import placement_named
 from engram.spec import EngramSpec
 from test.serving.request_fuzz import fuzz_and_check, target_of, walk_away
@@ -323,3 +325,50 @@ def _stream(url: str, prompt: list[int]) -> tuple[int, list[int]]:
                 chunks += 1
                 last = json.loads(line[len("data:") :])
     return chunks, list(last["output_ids"])
+
+
+def _eval_samples(model, n_both: int, n_none: int, k: int, rng: random.Random) -> list[Sample]:
+    """Prompts of fresh random ids, continued by the reference's own greedy tokens with
+    Engram on (``n_both``) or off (``n_none``); no continuation ends early."""
+    out = []
+    while len(out) < n_both + n_none:
+        prompt = [rng.randrange(3, model.config.vocab_size) for _ in range(rng.randint(6, 24))]
+        on = len(out) < n_both
+        cont = model.generate(prompt, k, prefill_engram=on, decode_engram=on)
+        if len(cont) == k and model.config.eos_token_id not in cont:
+            out.append(Sample(prompt, cont))
+    return out
+
+
+def test_eval_url_mode_scores_what_each_server_decodes(servers, reference):
+    """``engram.eval ablate --url``: a dram server decodes as the local ``both`` regime, an
+    off server as ``none`` (PD decode workers running off, ``prefill_only``: the PD tests).
+
+    A server's bf16 kernels may break an exact logit tie the other way than the reference
+    does, so each server's greedy tokens are first checked against the reference,
+    teacher-forced; then ``--url``'s score must be the share of samples the server's tokens
+    match, and the local score may differ from it only by samples on which the server's
+    path and the reference's greedy path part."""
+    k = 6
+    samples = _eval_samples(reference, 5, 3, k, random.Random())
+    local = ablate(reference, samples, k, {r: REGIMES[r] for r in ("both", "none")}).regimes
+    # 5 samples are both's greedy path, 3 none's, and the regimes' paths part.
+    assert local["both"].exact_match > local["none"].exact_match
+    for placement, regime in (("dram", "both"), ("off", "none")):
+        url = servers[placement].url
+        served = [generate_ids(url, s.prompt, k) for s in samples]
+        for s, ids in zip(samples, served, strict=True):
+            a = agreement(reference, s.prompt, ids, regime)
+            assert a.all_agree, f"{placement} server vs {regime}: {a}"
+        matched = [ids == s.continuation for s, ids in zip(samples, served, strict=True)]
+        remote = remote_exact_match(url, samples, k).exact_match
+        assert remote == pytest.approx(sum(matched) / len(samples)), placement
+        on = REGIMES[regime]
+        parted = sum(
+            ids
+            != reference.generate(s.prompt, k, prefill_engram=on.prefill, decode_engram=on.decode)
+            for s, ids in zip(samples, served, strict=True)
+        )
+        gap = abs(remote - local[regime].exact_match) * len(samples)
+        assert gap <= parted + 1e-9, (placement, remote, local[regime], parted)
+        assert parted <= len(samples) // 2, f"{placement}: ties on {parted} samples"
