@@ -30,15 +30,9 @@ from sglang_engram.cluster.prompt_limits import longest_prompt
 from test.serving.request_kinds import KINDS, REFUSED, SERVED, Kind, Model, Request
 
 CHECK_EVERY = 50
-# NOTE: the CI share; ENGRAM_FUZZ_REQUESTS (benchmark/fuzz_requests.sh) asks for more
-REQUESTS = int(os.environ.get("ENGRAM_FUZZ_REQUESTS", "150"))
-
-
-def ci_share(n: int) -> int:
-    """``n`` requests in CI (a target whose every request costs more than most), the
-    long run's count where ``ENGRAM_FUZZ_REQUESTS`` asks for one."""
-    return REQUESTS if "ENGRAM_FUZZ_REQUESTS" in os.environ else n
-
+# NOTE: the CI share, each kind once per target; ENGRAM_FUZZ_REQUESTS
+# (benchmark/fuzz_requests.sh) asks for more
+REQUESTS = int(os.environ.get("ENGRAM_FUZZ_REQUESTS", str(len(KINDS))))
 
 SEED = int(os.environ.get("ENGRAM_FUZZ_SEED", "20261204"))
 GOOD_NEW_TOKENS = 8
