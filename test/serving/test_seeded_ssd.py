@@ -9,6 +9,7 @@ cache served is the lookups' hits plus the read-ahead's, counted apart).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -18,6 +19,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -88,27 +90,35 @@ def profile(tiny, corpus, tmp_path_factory) -> Path:
     return out
 
 
-def _seeded_server(tiny: Path, profile: Path, tmp_path_factory, *extra: str):
-    """A seeded ssd server (``--sleep-on-idle``: the module's other one, idle, spins no
-    core); yields (its URL, its log)."""
-    log = tmp_path_factory.mktemp("logs") / "seeded.log"
-    args = (
-        "--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path_factory.mktemp("ssd")),
-        "--engram-seed-profile", str(profile), "--engram-ram-cache-gb", str(RAM_CACHE_GB),
-        "--sleep-on-idle", *extra,
-    )  # fmt: skip
-    with sglang_server(tiny, *args, log=log) as url:
-        yield url, log
+@pytest.fixture(scope="module")
+def servers(tiny, profile, tmp_path_factory) -> Iterator[dict[str, tuple[str, Path]]]:
+    """Two seeded ssd servers, started side by side: without read-ahead and with it (the
+    default); each yields (its URL, its log). ``--sleep-on-idle``: the idle one spins no
+    core."""
+
+    def start(stack: contextlib.ExitStack, name: str, *extra: str) -> tuple[str, Path]:
+        log = tmp_path_factory.mktemp("logs") / f"{name}.log"
+        args = (
+            "--engram-offload", "ssd", "--engram-ssd-dir", str(tmp_path_factory.mktemp("ssd")),
+            "--engram-seed-profile", str(profile), "--engram-ram-cache-gb", str(RAM_CACHE_GB),
+            "--sleep-on-idle", *extra,
+        )  # fmt: skip
+        return stack.enter_context(sglang_server(tiny, *args, log=log)), log
+
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(2) as pool:
+        plain = pool.submit(start, stack, "seeded", "--no-engram-prefetch")
+        ahead = pool.submit(start, stack, "read-ahead")
+        yield {"seeded": plain.result(), "read-ahead": ahead.result()}
 
 
 @pytest.fixture(scope="module")
-def server(tiny, profile, tmp_path_factory) -> Iterator[tuple[str, Path]]:
-    yield from _seeded_server(tiny, profile, tmp_path_factory, "--no-engram-prefetch")
+def server(servers) -> tuple[str, Path]:
+    return servers["seeded"]
 
 
 @pytest.fixture(scope="module")
-def read_ahead_server(tiny, profile, tmp_path_factory) -> Iterator[tuple[str, Path]]:
-    yield from _seeded_server(tiny, profile, tmp_path_factory)
+def read_ahead_server(servers) -> tuple[str, Path]:
+    return servers["read-ahead"]
 
 
 def _seeded_lines(log: Path, layers: int, timeout_s: float = 120) -> dict[int, tuple[int, float]]:
