@@ -14,7 +14,8 @@
   (each family's naming in :mod:`~engram.ssd.checkpoint_formats`);
   ``python -m engram.convert`` is the command line.
 - :mod:`~engram.ssd.readers`: read strategies (``mmap``, ``pread``, ``direct``; their
-  names declared torch-free in :mod:`~engram.ssd.read_strategies`), chosen by name; each plans its reads into reused arrays (:mod:`~engram.ssd.readers.planning`).
+  names declared torch-free in :mod:`~engram.ssd.read_strategies`), chosen by name; each
+  plans its reads into reused arrays (:mod:`~engram.ssd.readers.planning`).
 - :mod:`~engram.ssd.row_cache`, :mod:`~engram.ssd.bounce_buffers`: the RAM hot-row
   cache, the (pinned) host buffers rows pass through on their way to the device.
 - :mod:`~engram.ssd.kernels`: the read path's compiled loops (numba, no GIL): block
