@@ -54,8 +54,15 @@ from typing import Any
 import numpy as np
 import torch
 from lookup_baselines import AnonPeak, DramChild, NaivePath
-from lookup_steps import STEP_ROWS, measure_steps, report_steps, row_counts, step_batches
-from lookup_workload import COLUMNS, build_table, zipf_batches
+from lookup_steps import (
+    STEP_ROWS,
+    measure_steps,
+    report_steps,
+    row_counts,
+    step_batches,
+    step_rows_problem,
+)
+from lookup_workload import build_table, zipf_batches
 
 from engram.files import MIB
 from engram.ssd.manifest import TableManifest
@@ -306,11 +313,7 @@ def bad_arguments(args: argparse.Namespace) -> str | None:
     for flag, n in counts.items():
         if n < 1:
             return f"{flag} must be at least 1, not {n}"
-    if any(n < COLUMNS for n in args.step_rows):
-        return (
-            f"--step-rows: each lookup is at least {COLUMNS} rows (one token), not {args.step_rows}"
-        )
-    return None
+    return step_rows_problem(args.step_rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -121,6 +121,13 @@ def row_counts(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"comma-separated row counts, not {text!r}") from None
 
 
+def step_rows_problem(step_rows: list[int]) -> str | None:
+    """What is wrong with ``--step-rows`` (each a lookup of whole tokens), or None."""
+    if any(n < COLUMNS for n in step_rows):
+        return f"--step-rows: each lookup is at least {COLUMNS} rows (one token), not {step_rows}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table-gib", type=float, default=1.0, help="synthetic table (GiB)")
@@ -135,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         problem = f"--dir {args.dir} is not a directory"
     elif args.table_gib <= 0 or args.repeats < 1 or not args.step_rows:
         problem = "--table-gib, --repeats and --step-rows must be positive"
-    elif any(n < COLUMNS for n in args.step_rows):
-        problem = f"--step-rows: each lookup is at least {COLUMNS} rows (one token)"
+    else:
+        problem = step_rows_problem(args.step_rows)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

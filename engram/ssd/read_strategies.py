@@ -3,4 +3,4 @@ a command line is checked against them cheaply. Each is the ``name`` of one read
 that :mod:`engram.ssd.readers` registers (a test may register more, for its own use)."""
 
 READ_STRATEGIES = ("mmap", "pread", "direct")
-DEFAULT_READ = "mmap"
+DEFAULT_READER = "mmap"

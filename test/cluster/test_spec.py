@@ -367,13 +367,13 @@ def test_unreadable_and_malformed_files(tmp_path):
 def test_the_declared_read_strategies_are_the_readers_shipped():
     """What a spec or command line may name is what ``engram.ssd.readers`` registers on
     import (in a fresh interpreter: tests here register readers of their own)."""
-    from engram.ssd.read_strategies import DEFAULT_READ, READ_STRATEGIES
+    from engram.ssd.read_strategies import DEFAULT_READER, READ_STRATEGIES
 
     shipped = subprocess.run(
         [sys.executable, "-c", "from engram.ssd.readers import reader_names as r; print(*r())"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    assert shipped == list(READ_STRATEGIES) and DEFAULT_READ in shipped
+    assert shipped == list(READ_STRATEGIES) and DEFAULT_READER in shipped
 
 
 def test_restart_policy_is_checked():

@@ -13,14 +13,13 @@ from pathlib import Path
 from engram.errors import EngramTableError
 from engram.ssd.block_hashes import BlockChecks
 from engram.ssd.layout import DiskLayout
-from engram.ssd.read_strategies import DEFAULT_READ
+from engram.ssd.read_strategies import DEFAULT_READER
 from engram.ssd.readers.base import ALL_ROWS, RowReader
 from engram.ssd.readers.direct import DirectReader
 from engram.ssd.readers.mapped import MappedReader
 from engram.ssd.readers.pread import PreadReader
 
 READERS: dict[str, type[RowReader]] = {}
-DEFAULT_READER = DEFAULT_READ
 
 
 def register_reader(cls: type[RowReader]) -> type[RowReader]:
